@@ -1,0 +1,116 @@
+"""Error classes that carry their HTTP status, and the one function that renders them.
+
+Every error leaves the service in the same JSON shape:
+`{"error": {"code": "...", "message": "...", "details": [{"field": "...", "reason": "..."}]}}`.
+5xx bodies never echo internals: the message is fixed by the class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from starlette.responses import JSONResponse
+
+
+class ServiceError(Exception):
+    """Base class: `status` and `code` live on the class, so one handler maps them all."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    reason: ClassVar[str] = "internal"  # label for sentiment_rejections_total
+
+    def __init__(
+        self,
+        message: str,
+        details: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body clients receive."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            err["details"] = self.details
+        return {"error": err}
+
+
+class BadRequest(ServiceError):
+    """The body is not JSON, not UTF-8, or not an object."""
+
+    status, code, reason = 400, "bad_request", "bad_request"
+
+
+class ValidationFailed(ServiceError):
+    """The JSON is well formed but a field breaks a rule or a limit."""
+
+    status, code, reason = 422, "validation_error", "validation"
+
+
+class PayloadTooLarge(ServiceError):
+    """The body is bigger than `max_body_bytes`."""
+
+    status, code, reason = 413, "payload_too_large", "too_large"
+
+
+class NotFound(ServiceError):
+    """No such route."""
+
+    status, code, reason = 404, "not_found", "not_found"
+
+
+class MethodNotAllowed(ServiceError):
+    """The route exists but not for this HTTP method."""
+
+    status, code, reason = 405, "method_not_allowed", "method_not_allowed"
+
+
+class Overloaded(ServiceError):
+    """Too many texts admitted and unanswered: come back later."""
+
+    status, code, reason = 429, "overloaded", "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
+class NotReady(ServiceError):
+    """The model is not loaded or warmed up yet."""
+
+    status, code, reason = 503, "not_ready", "not_ready"
+
+
+class DeadlineExceeded(ServiceError):
+    """The request's deadline passed before its texts were computed."""
+
+    status, code, reason = 504, "deadline_exceeded", "deadline"
+
+
+class InternalError(ServiceError):
+    """Anything unexpected; the message never carries internals."""
+
+    status, code, reason = 500, "internal_error", "internal"
+
+    def __init__(self) -> None:
+        super().__init__("internal error; the request was not processed")
+
+
+def error_response(exc: ServiceError) -> JSONResponse:
+    """Render any ServiceError as the one JSON error shape."""
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def http_status_error(status: int, detail: str) -> ServiceError:
+    """Map a framework HTTP error (unknown route, wrong method) onto our classes."""
+    if status == 404:
+        return NotFound(detail or "not found")
+    if status == 405:
+        return MethodNotAllowed(detail or "method not allowed")
+    if status == 413:
+        return PayloadTooLarge(detail)
+    if 400 <= status < 500:
+        return BadRequest(detail or "bad request")
+    return InternalError()

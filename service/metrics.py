@@ -1,0 +1,92 @@
+"""Every metric the service exports, defined once.
+
+They are Ray metrics, so they leave through Ray's metrics export port together with
+`ray_serve_*`; Ray prefixes each name with `ray_` (`sentiment_batch_texts` is scraped as
+`ray_sentiment_batch_texts_bucket`, ...), and adds deployment/replica/application tags.
+Build `ServiceMetrics` inside the replica: Ray metrics need a connected Ray worker.
+"""
+
+from __future__ import annotations
+
+from ray.serve.metrics import Counter, Gauge, Histogram
+
+PREFIX = "sentiment_"
+EXPORTED_PREFIX = "ray_" + PREFIX
+
+LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+TEXTS_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+TOKEN_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+RATIO_BUCKETS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99]
+
+
+def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ()) -> Histogram:
+    return Histogram(PREFIX + name, description=doc, boundaries=buckets, tag_keys=tags)
+
+
+class ServiceMetrics:
+    """Handles for every `sentiment_*` metric of one replica."""
+
+    def __init__(self) -> None:
+        self.request_latency = _hist(
+            "request_latency_seconds",
+            "Time from request arrival in the replica to its answer, by HTTP status.",
+            LATENCY_BUCKETS_S,
+            ("status",),
+        )
+        self.queue_wait = _hist(
+            "queue_wait_seconds",
+            "Time a text waited between admission and the start of its batch.",
+            LATENCY_BUCKETS_S,
+        )
+        self.tokenize = _hist(
+            "tokenize_seconds", "Time to tokenize one request's texts.", LATENCY_BUCKETS_S
+        )
+        self.forward = _hist(
+            "forward_seconds", "Time of one forward pass (one micro-batch).", LATENCY_BUCKETS_S
+        )
+        self.batch_texts = _hist(
+            "batch_texts", "Texts in one dynamic batch (across requests).", TEXTS_BUCKETS
+        )
+        self.forward_texts = _hist("forward_texts", "Texts in one forward pass.", TEXTS_BUCKETS)
+        self.forward_padded_tokens = _hist(
+            "forward_padded_tokens",
+            "Tokens one forward computes: longest length (rounded to 8) x texts.",
+            TOKEN_BUCKETS,
+        )
+        self.padding_ratio = _hist(
+            "padding_ratio", "Share of a forward's tokens that are padding.", RATIO_BUCKETS
+        )
+        self.requests = Counter(
+            PREFIX + "requests",
+            description="Classify requests by HTTP status.",
+            tag_keys=("status",),
+        )
+        self.texts = Counter(PREFIX + "texts", description="Texts answered.")
+        self.truncated = Counter(
+            PREFIX + "truncated_texts", description="Texts cut to max_seq_len tokens."
+        )
+        self.rejections = Counter(
+            PREFIX + "rejections",
+            description="Requests refused, by reason (validation, too_large, overloaded, ...).",
+            tag_keys=("reason",),
+        )
+        self.pending_texts = Gauge(
+            PREFIX + "pending_texts", description="Texts admitted and not yet answered."
+        )
+        self.gpu_allocated = Gauge(
+            PREFIX + "gpu_memory_allocated_bytes",
+            description="torch.cuda.memory_allocated of the replica's GPU (0 on CPU).",
+        )
+        self.gpu_reserved = Gauge(
+            PREFIX + "gpu_memory_reserved_bytes",
+            description="torch.cuda.memory_reserved of the replica's GPU (0 on CPU).",
+        )
+        self.gpu_peak = Gauge(
+            PREFIX + "gpu_memory_peak_bytes",
+            description="torch.cuda.max_memory_allocated since start (0 on CPU).",
+        )
+        self.model_info = Gauge(
+            PREFIX + "model_info",
+            description="Always 1; the tags say which model, dtype and device serve.",
+            tag_keys=("model", "dtype", "device"),
+        )

@@ -1,0 +1,173 @@
+"""Load a Hugging Face sequence-classification directory and run forwards on token ids.
+
+This is the one narrow interface the rest of the service sees: load once, encode texts to
+token ids, `predict(batch of id lists) -> probabilities`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(RuntimeError):
+    """The model directory is missing or is not a sequence-classification model."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as token ids, and whether it was cut to the maximum length."""
+
+    ids: list[int]
+    truncated: bool
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` means the first GPU when there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but no CUDA GPU is visible")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto` means FP16 on a GPU and FP32 on the CPU (CPU half precision is slow)."""
+    if dtype == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        choices = ", ".join(_DTYPES)
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of auto, {choices}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.float16` -> `float16`, for labels and JSON."""
+    return str(dtype).removeprefix("torch.")
+
+
+def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
+    """Round a sequence length up to the padding multiple."""
+    return -(-length // multiple) * multiple
+
+
+def check_model_dir(path: Path) -> None:
+    """Fail with a readable message when `path` is not a usable model directory."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelLoadError(
+            f"no model at {path} (config.json missing). Build the default model with "
+            "`make model`, or set SENTIMENT_MODEL_PATH to a Hugging Face "
+            "sequence-classification model directory."
+        )
+    if not any(path.glob("tokenizer*.json")) and not (path / "vocab.txt").is_file():
+        raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json or vocab.txt)")
+    id2label = json.loads(config.read_text()).get("id2label")
+    if not id2label:
+        raise ModelLoadError(f"{config} has no id2label: it is not a classification model")
+
+
+class SentimentModel:
+    """A loaded classifier: tokenizer, weights on one device, label names."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: object,
+        labels: list[str],
+        name: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        max_length: int,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.labels = labels
+        self.name = name
+        self.device = device
+        self.dtype = dtype
+        self.max_length = max_length
+        self.pad_id: int = getattr(tokenizer, "pad_token_id", None) or 0
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        device: str = "auto",
+        dtype: str = "auto",
+        max_length: int = 256,
+        name: str | None = None,
+    ) -> SentimentModel:
+        """Load weights and tokenizer from a local directory; never touches a model hub."""
+        path = Path(path)
+        check_model_dir(path)
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, dev)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, local_files_only=True, dtype=torch_dtype, attn_implementation="sdpa"
+        )
+        model.to(dev).eval()
+        config = model.config
+        labels = [str(config.id2label[i]) for i in range(config.num_labels)]
+        limit = min(max_length, int(getattr(config, "max_position_embeddings", max_length)))
+        return cls(model, tokenizer, labels, name or path.name, dev, torch_dtype, limit)
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        """Tokenize texts (with special tokens), cutting each at `max_length` tokens."""
+        enc = self.tokenizer(  # type: ignore[operator]
+            texts,
+            truncation=True,
+            max_length=self.max_length,
+            return_overflowing_tokens=False,
+            return_length=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        full = (
+            self.tokenizer(  # type: ignore[operator]
+                texts, truncation=False, return_attention_mask=False, return_token_type_ids=False
+            )
+            if self._may_truncate(texts)
+            else None
+        )
+        out = []
+        for i, ids in enumerate(enc["input_ids"]):
+            truncated = full is not None and len(full["input_ids"][i]) > len(ids)
+            out.append(Encoded(list(ids), truncated))
+        return out
+
+    def _may_truncate(self, texts: list[str]) -> bool:
+        # A token covers at least one character, so short texts can never be cut.
+        return any(len(t) + 2 > self.max_length for t in texts)
+
+    @torch.inference_mode()
+    def predict(self, batch: list[list[int]]) -> torch.Tensor:
+        """Probabilities (float32, CPU) for a batch of token-id lists, padded to a multiple of 8."""
+        width = round_up(max(len(ids) for ids in batch))
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[row, : len(ids)] = 1
+        logits = self.model(
+            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
+        ).logits
+        probs = logits.float().softmax(dim=-1).cpu()
+        if probs.shape != (len(batch), len(self.labels)):
+            raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
+        return probs
+
+    def classify(self, texts: list[str]) -> list[dict[str, float]]:
+        """Convenience for scripts and tests: texts in, label probabilities out."""
+        probs = self.predict([e.ids for e in self.encode(texts)])
+        return [dict(zip(self.labels, row.tolist(), strict=True)) for row in probs]

@@ -1,0 +1,128 @@
+"""Request and response models. Limits come from Settings, so the request model is built from it."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+
+from service.errors import BadRequest, ValidationFailed
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text is empty or only whitespace")
+    return text
+
+
+class ClassifyRequestBase(BaseModel):
+    """Either `texts` (a list) or `text` (one string), never both."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClassifyRequestBase:
+        texts, text = getattr(self, "texts", None), getattr(self, "text", None)
+        if (texts is None) == (text is None):
+            raise ValueError("give exactly one of 'texts' (a list of strings) or 'text'")
+        return self
+
+    def all_texts(self) -> list[str]:
+        """The texts in request order."""
+        texts: list[str] | None = getattr(self, "texts", None)
+        return texts if texts is not None else [getattr(self, "text")]  # noqa: B009
+
+
+@lru_cache(maxsize=8)
+def request_model(max_texts: int, max_chars: int) -> type[ClassifyRequestBase]:
+    """A request model with the configured limits (also what /docs shows)."""
+    text_type = Annotated[
+        StrictStr, Field(min_length=1, max_length=max_chars), AfterValidator(_not_blank)
+    ]
+    return create_model(
+        "ClassifyRequest",
+        __base__=ClassifyRequestBase,
+        texts=(list[text_type] | None, Field(None, min_length=1, max_length=max_texts)),  # type: ignore[valid-type]
+        text=(text_type | None, None),  # type: ignore[valid-type]
+    )
+
+
+class TextResult(BaseModel):
+    """The answer for one text."""
+
+    label: str = Field(description="The most probable label.")
+    score: float = Field(description="Probability of `label`.")
+    probabilities: dict[str, float] = Field(description="Probability of every label.")
+    truncated: bool = Field(description="True when the text was cut to max_seq_len tokens.")
+
+
+class ClassifyResponse(BaseModel):
+    """One result per input text, in input order."""
+
+    model: str
+    results: list[TextResult]
+
+
+class ErrorDetail(BaseModel):
+    field: str
+    reason: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[ErrorDetail] = []
+
+
+class ErrorResponse(BaseModel):
+    """The one error shape every non-2xx answer uses."""
+
+    error: ErrorBody
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-after[_not_blank()]", "constrained-str", "str"):
+            continue  # pydantic's internal validator names mean nothing to a client
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "body"
+
+
+def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyRequestBase:
+    """Decode and validate a body: 400 for bytes/JSON problems, 422 with field and reason."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"body is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            "body must be a JSON object",
+            [{"field": "body", "reason": f"expected an object, got {type(data).__name__}"}],
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        details = [
+            {"field": _field_path(e["loc"]), "reason": e["msg"].removeprefix("Value error, ")}
+            for e in exc.errors(include_url=False)
+        ]
+        raise ValidationFailed("request failed validation", details) from None

@@ -1,0 +1,92 @@
+"""Service configuration: one typed object read from `SENTIMENT_*` environment variables.
+
+Built once at start-up and passed in; nothing reads `os.environ` at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BatchConfig(BaseModel):
+    """Knobs that can change at run time through Ray Serve's `user_config`."""
+
+    model_config = {"extra": "forbid"}
+
+    max_batch_texts: int = Field(256, ge=1, le=4096, description="Texts per dynamic batch.")
+    batch_wait_timeout_s: float = Field(
+        0.005, ge=0.0, le=1.0, description="How long the first text waits for company."
+    )
+    max_batch_tokens: int = Field(
+        16384, ge=8, description="Token budget of one dynamic batch (unpadded tokens)."
+    )
+    micro_batch_tokens: int = Field(
+        4096, ge=8, description="Padded-token budget of one forward pass (longest x count)."
+    )
+    max_pending_texts: int = Field(
+        2048, ge=1, description="Texts admitted but not yet answered; beyond this, 429."
+    )
+
+    def user_config(self) -> dict[str, Any]:
+        """The dict Ray passes to `reconfigure`."""
+        return self.model_dump()
+
+
+class Settings(BaseSettings):
+    """Everything the service needs to start; see README for each variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SENTIMENT_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    model_path: Path = Field(Path("models/default"), description="HF classification model dir.")
+    model_name: str | None = Field(None, description="Name reported to clients; default dir name.")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    max_seq_len: int = Field(256, ge=8, le=8192, description="Longer texts are cut to this.")
+    torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
+    warmup: bool = Field(True, description="Run every shape bucket once before /readyz is ready.")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    metrics_port: int = Field(8080, ge=1, le=65535, description="Ray's metrics export port.")
+    metrics_refresh_s: float = Field(
+        1.0, gt=0.0, description="How often gauges (GPU memory, pending texts) are re-published."
+    )
+    route_prefix: str = "/"
+    app_name: str = "sentiment"
+
+    num_replicas: int = Field(1, ge=1)
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per replica; 1 in production.")
+    num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per replica.")
+    max_ongoing_requests: int = Field(
+        1024, ge=1, description="Per replica; must exceed batch size or batches never fill."
+    )
+    max_queued_requests: int = Field(
+        2048, ge=-1, description="Ray's own handle queue bound, answered 429 (-1: none)."
+    )
+    graceful_shutdown_timeout_s: float = Field(30.0, ge=0.0)
+
+    max_texts_per_request: int = Field(64, ge=1)
+    max_text_chars: int = Field(4000, ge=1)
+    max_body_bytes: int = Field(1_000_000, ge=64)
+    request_timeout_s: float = Field(10.0, gt=0.0, description="Deadline; past it, 504.")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After sent with 429.")
+
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+
+    @model_validator(mode="after")
+    def _budgets_fit(self) -> Settings:
+        # Ray rejects an item bigger than the whole batch budget, and one text must fit a forward.
+        need = self.max_seq_len
+        if self.batch.max_batch_tokens < need or self.batch.micro_batch_tokens < need:
+            raise ValueError(
+                f"batch.max_batch_tokens ({self.batch.max_batch_tokens}) and "
+                f"batch.micro_batch_tokens ({self.batch.micro_batch_tokens}) must be at least "
+                f"max_seq_len ({need})"
+            )
+        return self

@@ -1,0 +1,160 @@
+"""A real Ray Serve instance on 127.0.0.1, started once per test session.
+
+Applications are deployed the way production deploys them (KubeRay's serveConfigV2): a
+declarative config naming `service.deployment:build_app`, applied with `serve deploy`. That is
+also the path on which a new `user_config` reaches running replicas through `reconfigure`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from ray import serve
+
+DEPLOYMENT = "SentimentClassifier"
+TEST_ARGS: dict[str, Any] = {
+    "max_seq_len": 32,
+    "max_texts_per_request": 8,
+    "max_text_chars": 400,
+    "max_body_bytes": 4096,
+    "num_cpus": 0.25,
+    "metrics_refresh_s": 0.5,
+}
+TEST_BATCH: dict[str, Any] = {
+    "max_batch_texts": 64,
+    "batch_wait_timeout_s": 0.005,
+    "max_batch_tokens": 1024,
+    "micro_batch_tokens": 256,
+    "max_pending_texts": 256,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Deployed:
+    """One application in the shared Serve instance."""
+
+    name: str
+    url: str
+
+    def classify(self, body: object, timeout: float = 30) -> requests.Response:
+        return requests.post(f"{self.url}/v1/classify", json=body, timeout=timeout)
+
+    def ready(self) -> dict[str, Any]:
+        response = requests.get(f"{self.url}/readyz", timeout=10)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+
+@dataclass
+class Cluster:
+    http_port: int
+    metrics_port: int
+    dashboard_port: int
+    model_dir: Path
+    config_path: Path
+    apps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def deploy(
+        self, name: str, batch: dict[str, Any] | None = None, **args: Any
+    ) -> Deployed:
+        """Add or update application `name` and wait until it serves that batch config."""
+        user_config = {**TEST_BATCH, **(batch or {})}
+        self.apps[name] = {
+            "name": name,
+            "route_prefix": f"/{name}",
+            "import_path": "service.deployment:build_app",
+            "args": {"model_path": str(self.model_dir), **TEST_ARGS, **args},
+            "deployments": [{"name": DEPLOYMENT, "user_config": user_config}],
+        }
+        self.config_path.write_text(yaml.safe_dump({"applications": list(self.apps.values())}))
+        subprocess.run(
+            [sys.executable, "-m", "ray.serve.scripts", "deploy", str(self.config_path),
+             "--address", f"http://127.0.0.1:{self.dashboard_port}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        app = Deployed(name, f"http://127.0.0.1:{self.http_port}/{name}")
+        self.wait_for(lambda: _serves(app, user_config), timeout=120)
+        return app
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Parse Ray's metrics endpoint with prometheus_client's own parser."""
+        text = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                samples.setdefault(s.name, []).append((dict(s.labels), s.value))
+        return samples
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a sample's values over the series whose labels include `labels`."""
+        return sum(
+            value
+            for got, value in self.scrape().get(name, [])
+            if all(got.get(k) == v for k, v in labels.items())
+        )
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+        """Poll until `condition` holds (Ray exports metrics once a second here)."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout}s")
+            time.sleep(0.25)
+
+
+def _serves(app: Deployed, user_config: dict[str, Any]) -> bool:
+    try:
+        return app.ready().get("batch") == user_config
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture(scope="session")
+def cluster(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # Export metrics every second instead of every ten, so tests wait less for them.
+    os.environ["RAY_metrics_report_interval_ms"] = "1000"
+    c = Cluster(
+        http_port=free_port(),
+        metrics_port=free_port(),
+        dashboard_port=free_port(),
+        model_dir=tiny_model_dir,
+        config_path=tmp_path_factory.mktemp("serve") / "config.yaml",
+    )
+    ray.init(
+        num_cpus=2,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=c.dashboard_port,
+        _metrics_export_port=c.metrics_port,
+        log_to_driver=False,
+    )
+    serve.start(http_options={"host": "127.0.0.1", "port": c.http_port})
+    yield c
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def main_app(cluster: Cluster) -> Deployed:
+    """The application most tests share; its batch knobs stay at TEST_BATCH."""
+    return cluster.deploy("main")

@@ -1,0 +1,130 @@
+"""The real service over HTTP: answers, order, every kind of bad input, docs and health."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from service.model import SentimentModel
+from tests.integration.conftest import Deployed
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "great phone, fast delivery",
+    "broke after a day",
+    "the screen is bright and the camera takes lovely photos, highly recommended",
+    "ok",
+]
+
+
+@pytest.fixture(scope="module")
+def local_model(tiny_model_dir: Path) -> SentimentModel:
+    return SentimentModel.load(tiny_model_dir, device="cpu", max_length=32)
+
+
+def test_multi_text_answers_in_order_and_match_the_model(
+    main_app: Deployed, local_model: SentimentModel
+) -> None:
+    response = main_app.classify({"texts": TEXTS})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == "tiny"
+    assert len(body["results"]) == len(TEXTS)
+    expected = local_model.classify(TEXTS)
+    for result, probs in zip(body["results"], expected, strict=True):
+        assert result["probabilities"] == pytest.approx(probs, abs=1e-5)
+        assert result["label"] == max(probs, key=probs.__getitem__)
+        assert result["score"] == pytest.approx(max(probs.values()), abs=1e-5)
+        assert result["truncated"] is False
+
+
+def test_single_text_form(main_app: Deployed) -> None:
+    response = main_app.classify({"text": "great phone"})
+    assert response.status_code == 200
+    [result] = response.json()["results"]
+    assert sum(result["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_long_token_sequences_are_truncated_and_say_so(main_app: Deployed) -> None:
+    response = main_app.classify({"texts": ["great phone " * 30, "ok"]})
+    assert response.status_code == 200
+    assert [r["truncated"] for r in response.json()["results"]] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"texts": []}, 422, "texts"),
+        ({"texts": ["fine", " \n\t "]}, 422, "texts[1]"),
+        ({"texts": [""]}, 422, "texts[0]"),
+        ({"texts": ["x"] * 9}, 422, "texts"),
+        ({"texts": ["x" * 401]}, 422, "texts[0]"),
+        ({"texts": [42]}, 422, "texts[0]"),
+        ({"texts": "not a list"}, 422, "texts"),
+        ({"text": None}, 422, "body"),
+        ({"text": "a", "texts": ["b"]}, 422, "body"),
+        ({"txt": "typo"}, 422, "txt"),
+        (["a list"], 422, "body"),
+    ],
+)
+def test_invalid_json_bodies_get_422_with_field(
+    main_app: Deployed, body: object, status: int, field: str
+) -> None:
+    response = main_app.classify(body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert field in [d["field"] for d in error["details"]], error
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [
+        (b"{not json", 400, "bad_request"),
+        (b"\xff\xfe\x00garbage", 400, "bad_request"),
+        (b"", 400, "bad_request"),
+        (json.dumps({"texts": ["y" * 300] * 8}).encode() + b" " * 2000, 413, "payload_too_large"),
+    ],
+)
+def test_undecodable_or_oversized_bodies(
+    main_app: Deployed, raw: bytes, status: int, code: str
+) -> None:
+    response = requests.post(f"{main_app.url}/v1/classify", data=raw, timeout=30)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+def test_oversized_chunked_body_without_length_is_413(main_app: Deployed) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"texts": ["'
+        for _ in range(10):
+            yield b"z" * 1000
+        yield b'"]}'
+
+    response = requests.post(f"{main_app.url}/v1/classify", data=chunks(), timeout=30)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+def test_unknown_route_and_wrong_method_use_the_error_shape(main_app: Deployed) -> None:
+    missing = requests.get(f"{main_app.url}/v2/nothing", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong = requests.get(f"{main_app.url}/v1/classify", timeout=10)
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_health_readiness_and_docs(main_app: Deployed) -> None:
+    assert requests.get(f"{main_app.url}/healthz", timeout=10).json() == {"status": "ok"}
+    ready = requests.get(f"{main_app.url}/readyz", timeout=10)
+    assert ready.status_code == 200
+    assert ready.json()["model"] == "tiny" and ready.json()["device"] == "cpu"
+    spec = requests.get(f"{main_app.url}/openapi.json", timeout=10).json()
+    body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
+    assert '"maxItems": 8' in body_schema and '"maxLength": 400' in body_schema
+    assert "429" in spec["paths"]["/v1/classify"]["post"]["responses"]
+    assert requests.get(f"{main_app.url}/docs", timeout=10).status_code == 200

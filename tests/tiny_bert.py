@@ -1,0 +1,80 @@
+"""Build a tiny random BERT classifier on disk, so tests run the real loading code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+SAMPLE_TEXT = [
+    "great phone, fast delivery and the battery lasts for days",
+    "broke after a day, terrible quality, want my money back",
+    "the screen is bright and the camera takes lovely photos",
+    "arrived late, the box was damaged and the charger missing",
+    "works as described, good value for the price",
+    "awful customer service, never buying from this shop again",
+    "excellent sound, comfortable fit, highly recommended",
+    "cheap plastic, stopped working within a week",
+]
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def build_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """Train a small uncased WordPiece vocabulary on `texts`."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        texts * 4, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS)
+    )
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=128,
+    )
+
+
+def build_tiny_bert(
+    out_dir: Path, texts: list[str] | None = None, seed: int = 0, max_positions: int = 128
+) -> Path:
+    """Save a random 2-layer BERT sequence classifier with labels negative/positive."""
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer(texts or SAMPLE_TEXT)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = BertForSequenceClassification(config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

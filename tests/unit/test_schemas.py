@@ -1,0 +1,72 @@
+"""Request parsing: every bad body becomes a 400/422 naming the field and the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.errors import BadRequest, ServiceError, ValidationFailed
+from service.schemas import ClassifyRequestBase, parse_request, request_model
+
+
+@pytest.fixture
+def model() -> type[ClassifyRequestBase]:
+    return request_model(max_texts=3, max_chars=10)
+
+
+def test_texts_and_text_forms(model: type[ClassifyRequestBase]) -> None:
+    assert parse_request(b'{"texts": ["a", "b"]}', model).all_texts() == ["a", "b"]
+    assert parse_request(b'{"text": "one"}', model).all_texts() == ["one"]
+    body = json.dumps({"text": "很好 ça"}).encode()
+    assert parse_request(body, model).all_texts() == ["很好 ça"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        ({"texts": []}, "texts", "at least 1 item"),
+        ({"texts": ["ok", "   "]}, "texts[1]", "empty or only whitespace"),
+        ({"texts": [""]}, "texts[0]", "at least 1 character"),
+        ({"texts": ["a", "b", "c", "d"]}, "texts", "at most 3 items"),
+        ({"texts": ["x" * 11]}, "texts[0]", "at most 10 characters"),
+        ({"text": "x" * 11}, "text", "at most 10 characters"),
+        ({"texts": [1]}, "texts[0]", "valid string"),
+        ({"texts": "abc"}, "texts", "valid list"),
+        ({"text": 5}, "text", "valid string"),
+        ({"text": "a", "texts": ["b"]}, "body", "exactly one of"),
+        ({}, "body", "exactly one of"),
+        ({"texts": ["a"], "lang": "en"}, "lang", "Extra inputs"),
+        ([1, 2], "body", "expected an object"),
+    ],
+)
+def test_invalid_bodies_name_field_and_reason(
+    model: type[ClassifyRequestBase], body: object, field: str, reason: str
+) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(json.dumps(body).encode(), model)
+    assert info.value.status == 422
+    details = info.value.details
+    assert any(d["field"] == field and reason in d["reason"] for d in details), details
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [(b"{bad", "not valid JSON"), (b"\xff\xfe{}", "not valid UTF-8"), (b"", "not valid JSON")],
+)
+def test_undecodable_bodies_are_400(
+    model: type[ClassifyRequestBase], raw: bytes, message: str
+) -> None:
+    with pytest.raises(BadRequest, match=message) as info:
+        parse_request(raw, model)
+    assert info.value.status == 400
+
+
+def test_limits_show_in_the_json_schema(model: type[ClassifyRequestBase]) -> None:
+    schema = json.dumps(model.model_json_schema())
+    assert '"maxItems": 3' in schema and '"maxLength": 10' in schema
+
+
+def test_errors_are_service_errors(model: type[ClassifyRequestBase]) -> None:
+    with pytest.raises(ServiceError):
+        parse_request(b"[]", model)

@@ -1,0 +1,55 @@
+"""Settings come from SENTIMENT_* variables once, typed and checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import BatchConfig, Settings
+
+
+def test_defaults_are_sane(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings()
+    assert (s.host, s.port, s.metrics_port) == ("127.0.0.1", 8000, 8080)
+    assert s.model_path == Path("models/default")
+    # Ray's default of 5 ongoing requests would silently cap every batch at 5.
+    assert s.max_ongoing_requests >= s.batch.max_batch_texts
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENTIMENT_MODEL_PATH", "/srv/model")
+    monkeypatch.setenv("SENTIMENT_PORT", "9000")
+    monkeypatch.setenv("SENTIMENT_NUM_GPUS", "1")
+    monkeypatch.setenv("SENTIMENT_BATCH__MAX_BATCH_TEXTS", "64")
+    s = Settings()
+    assert s.model_path == Path("/srv/model")
+    assert s.port == 9000 and s.num_gpus == 1.0
+    assert s.batch.max_batch_texts == 64
+
+
+def test_arguments_beat_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENTIMENT_PORT", "9000")
+    assert Settings(port=9001).port == 9001
+
+
+def test_bad_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENTIMENT_PORT", "not-a-port")
+    with pytest.raises(ValidationError, match="port"):
+        Settings()
+
+
+def test_token_budgets_must_fit_one_full_length_text() -> None:
+    with pytest.raises(ValidationError, match="max_seq_len"):
+        Settings(max_seq_len=512, batch=BatchConfig(micro_batch_tokens=256))
+
+
+def test_batch_config_rejects_unknown_knobs() -> None:
+    with pytest.raises(ValidationError, match="max_batch_size"):
+        BatchConfig.model_validate({"max_batch_size": 3})
+
+
+def test_user_config_round_trips() -> None:
+    config = BatchConfig(max_batch_texts=7, batch_wait_timeout_s=0.02)
+    assert BatchConfig.model_validate(config.user_config()) == config
