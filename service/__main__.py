@@ -28,7 +28,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     if address:
         ray.init(address=address)
     else:
-        ray.init(include_dashboard=False, _metrics_export_port=settings.metrics_port)
+        # "local" always starts a fresh instance rather than joining one found on the machine.
+        ray.init(
+            address="local", include_dashboard=False, _metrics_export_port=settings.metrics_port
+        )
     serve.start(http_options={"host": settings.host, "port": settings.port})
     serve.run(application(settings), name=settings.app_name, route_prefix=settings.route_prefix)
     base = f"http://{settings.host}:{settings.port}"
@@ -47,7 +50,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print("shutting down: draining requests in flight ...", flush=True)
-    serve.shutdown()
+    # Deleting the app first lets replicas finish their requests while the proxy still
+    # carries the answers back; serve.shutdown() alone tears the proxy down with them.
+    serve.delete(settings.app_name)
+    serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
     return 0
 

@@ -82,8 +82,9 @@ class SentimentClassifier:
         config = BatchConfig.model_validate(user_config)
         Settings.model_validate({**self.settings.model_dump(), "batch": config.model_dump()})
         self.batch = config
-        self.infer.set_max_batch_size(config.max_batch_tokens)
-        self.infer.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
+        # Ray's batch size is our token-cost budget (see batching.item_cost).
+        self.infer.set_max_batch_size(config.max_batch_tokens)  # type: ignore[attr-defined]
+        self.infer.set_batch_wait_timeout_s(config.batch_wait_timeout_s)  # type: ignore[attr-defined]
         logger.info("batch config now %s", config.model_dump())
 
     def check_health(self) -> None:
@@ -176,12 +177,14 @@ class SentimentClassifier:
                 ) from None
         finally:
             self.pending -= n
+        answers: list[list[float]] = []
         for out in outputs:
             if isinstance(out, ServiceError):
                 raise out
+            answers.append(out)
         labels = self.model.labels
         results = []
-        for enc, probs in zip(encoded, outputs, strict=True):
+        for enc, probs in zip(encoded, answers, strict=True):
             best = max(range(len(labels)), key=probs.__getitem__)
             results.append(
                 TextResult(
@@ -281,7 +284,7 @@ class SentimentClassifier:
 
 def deployment_for(settings: Settings) -> Deployment:
     """The deployment with the replica count, resources and limits from settings."""
-    return SentimentClassifier.options(
+    deployment: Deployment = SentimentClassifier.options(  # type: ignore[attr-defined]
         num_replicas=settings.num_replicas,
         max_ongoing_requests=settings.max_ongoing_requests,
         max_queued_requests=settings.max_queued_requests,
@@ -292,6 +295,7 @@ def deployment_for(settings: Settings) -> Deployment:
         graceful_shutdown_timeout_s=settings.graceful_shutdown_timeout_s,
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
     )
+    return deployment
 
 
 def application(settings: Settings) -> Application:

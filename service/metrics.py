@@ -14,13 +14,14 @@ PREFIX = "sentiment_"
 EXPORTED_PREFIX = "ray_" + PREFIX
 
 LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
-TEXTS_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
-TOKEN_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+TEXTS_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0]
+TOKEN_BUCKETS = [float(2**k) for k in range(6, 17)]  # 64 .. 65536
 RATIO_BUCKETS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99]
 
 
 def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ()) -> Histogram:
-    return Histogram(PREFIX + name, description=doc, boundaries=buckets, tag_keys=tags)
+    # Ray annotates tag_keys as a 1-tuple; any tuple of names works.
+    return Histogram(PREFIX + name, description=doc, boundaries=buckets, tag_keys=tags)  # type: ignore[arg-type]
 
 
 class ServiceMetrics:
@@ -88,5 +89,5 @@ class ServiceMetrics:
         self.model_info = Gauge(
             PREFIX + "model_info",
             description="Always 1; the tags say which model, dtype and device serve.",
-            tag_keys=("model", "dtype", "device"),
+            tag_keys=("model", "dtype", "device"),  # type: ignore[arg-type]  # stub says 1-tuple
         )

@@ -162,7 +162,7 @@ class SentimentModel:
         logits = self.model(
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
         ).logits
-        probs = logits.float().softmax(dim=-1).cpu()
+        probs: torch.Tensor = logits.float().softmax(dim=-1).cpu()
         if probs.shape != (len(batch), len(self.labels)):
             raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
         return probs

@@ -89,4 +89,10 @@ class Settings(BaseSettings):
                 f"batch.micro_batch_tokens ({self.batch.micro_batch_tokens}) must be at least "
                 f"max_seq_len ({need})"
             )
+        if self.batch.max_pending_texts < self.max_texts_per_request:
+            raise ValueError(
+                f"batch.max_pending_texts ({self.batch.max_pending_texts}) must be at least "
+                f"max_texts_per_request ({self.max_texts_per_request}), or a full request "
+                "could never be admitted"
+            )
         return self

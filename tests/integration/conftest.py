@@ -74,9 +74,7 @@ class Cluster:
     config_path: Path
     apps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def deploy(
-        self, name: str, batch: dict[str, Any] | None = None, **args: Any
-    ) -> Deployed:
+    def deploy(self, name: str, batch: dict[str, Any] | None = None, **args: Any) -> Deployed:
         """Add or update application `name` and wait until it serves that batch config."""
         user_config = {**TEST_BATCH, **(batch or {})}
         self.apps[name] = {
@@ -86,15 +84,19 @@ class Cluster:
             "args": {"model_path": str(self.model_dir), **TEST_ARGS, **args},
             "deployments": [{"name": DEPLOYMENT, "user_config": user_config}],
         }
+        self.apply()
+        app = Deployed(name, f"http://127.0.0.1:{self.http_port}/{name}")
+        self.wait_for(lambda: _serves(app, user_config), timeout=180)
+        return app
+
+    def apply(self) -> None:
+        """`serve deploy` the whole config; apps missing from it are shut down gracefully."""
         self.config_path.write_text(yaml.safe_dump({"applications": list(self.apps.values())}))
         subprocess.run(
             [sys.executable, "-m", "ray.serve.scripts", "deploy", str(self.config_path),
              "--address", f"http://127.0.0.1:{self.dashboard_port}"],
             check=True, capture_output=True,
         )  # fmt: skip
-        app = Deployed(name, f"http://127.0.0.1:{self.http_port}/{name}")
-        self.wait_for(lambda: _serves(app, user_config), timeout=120)
-        return app
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         """Parse Ray's metrics endpoint with prometheus_client's own parser."""
@@ -123,6 +125,9 @@ class Cluster:
 
 
 def _serves(app: Deployed, user_config: dict[str, Any]) -> bool:
+    status = serve.status().applications.get(app.name)
+    if status is not None and status.status == "DEPLOY_FAILED":
+        raise AssertionError(f"{app.name} failed to deploy: {status.message}")
     try:
         return app.ready().get("batch") == user_config
     except requests.RequestException:
@@ -132,7 +137,7 @@ def _serves(app: Deployed, user_config: dict[str, Any]) -> bool:
 @pytest.fixture(scope="session")
 def cluster(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Export metrics every second instead of every ten, so tests wait less for them.
-    os.environ["RAY_metrics_report_interval_ms"] = "1000"
+    os.environ["RAY_metrics_report_interval_ms"] = "1000"  # noqa: SIM112  # Ray's own spelling
     c = Cluster(
         http_port=free_port(),
         metrics_port=free_port(),

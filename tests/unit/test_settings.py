@@ -53,3 +53,8 @@ def test_batch_config_rejects_unknown_knobs() -> None:
 def test_user_config_round_trips() -> None:
     config = BatchConfig(max_batch_texts=7, batch_wait_timeout_s=0.02)
     assert BatchConfig.model_validate(config.user_config()) == config
+
+
+def test_a_full_request_must_fit_the_pending_limit() -> None:
+    with pytest.raises(ValidationError, match="max_pending_texts"):
+        Settings(max_texts_per_request=64, batch=BatchConfig(max_pending_texts=10))

@@ -1,0 +1,83 @@
+"""`python -m service serve` (what `make serve` runs) as a real process: it serves, exports
+metrics, and on SIGTERM finishes the requests in flight before exiting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.integration.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "server exited early"
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{url} not ready within {timeout}s")
+
+
+def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
+    port, metrics_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "SENTIMENT_PORT": str(port),
+        "SENTIMENT_METRICS_PORT": str(metrics_port),
+        "SENTIMENT_NUM_CPUS": "0.5",
+        "SENTIMENT_MAX_SEQ_LEN": "32",
+        "SENTIMENT_BATCH__MICRO_BATCH_TOKENS": "256",
+        "SENTIMENT_BATCH__BATCH_WAIT_TIMEOUT_S": "1.0",  # keeps requests in flight for SIGTERM
+        "RAY_metrics_report_interval_ms": "1000",
+    }
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--model-path", str(tiny_model_dir)],
+        stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(f"{base}/readyz", proc)
+        response = requests.post(f"{base}/v1/classify", json={"texts": ["good", "bad"]}, timeout=30)
+        assert response.status_code == 200 and len(response.json()["results"]) == 2
+
+        deadline = time.monotonic() + 60
+        while (
+            "ray_sentiment_texts_total"
+            not in requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        ):
+            assert time.monotonic() < deadline, "metrics never appeared on the metrics port"
+            time.sleep(1)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futures = [
+                pool.submit(
+                    requests.post, f"{base}/v1/classify", json={"text": f"t{i}"}, timeout=60
+                )
+                for i in range(4)
+            ]
+            time.sleep(0.4)
+            proc.send_signal(signal.SIGTERM)
+            codes = [f.result().status_code for f in futures]
+        assert codes == [200] * 4
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    output = (tmp_path / "serve.log").read_text()
+    assert "Sentiment service is up" in output and f"{base}/docs" in output

@@ -1,0 +1,74 @@
+"""Overload, deadlines and shutdown: 429 with Retry-After, 504 without compute, no lost texts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.integration.conftest import Cluster
+from tests.integration.load import burst, singles
+
+pytestmark = pytest.mark.integration
+
+
+def test_overload_answers_429_and_loses_nothing_accepted(cluster: Cluster) -> None:
+    app = cluster.deploy(
+        "tight",
+        batch={"max_pending_texts": 4, "batch_wait_timeout_s": 0.5},
+        max_texts_per_request=4,
+    )
+    bodies: list[object] = [
+        {"texts": [f"review {i} part {j}" for j in range(1 + i % 3)]} for i in range(24)
+    ]
+    responses = burst(app, bodies)
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 429}, codes
+    assert codes.count(429) > 0 and codes.count(200) > 0
+    for body, response in zip(bodies, responses, strict=True):
+        if response.status_code == 429:
+            assert response.headers["Retry-After"] == "1"
+            assert response.json()["error"]["code"] == "overloaded"
+        else:  # accepted: exactly one answer per text
+            assert len(response.json()["results"]) == len(body["texts"])  # type: ignore[index]
+    rejected = codes.count(429)
+    cluster.wait_for(
+        lambda: cluster.metric("ray_sentiment_rejections_total", application="tight",
+                               reason="overloaded") == rejected
+    )  # fmt: skip
+
+
+def test_expired_requests_get_504_and_are_not_computed(cluster: Cluster) -> None:
+    app = cluster.deploy("deadline", batch={"batch_wait_timeout_s": 1.0}, request_timeout_s=0.2)
+    responses = burst(app, singles(6))
+    assert [r.status_code for r in responses] == [504] * 6
+    assert responses[0].json()["error"]["code"] == "deadline_exceeded"
+    cluster.wait_for(
+        lambda: cluster.metric("ray_sentiment_rejections_total", application="deadline",
+                               reason="deadline") == 6
+    )  # fmt: skip
+    time.sleep(2.5)  # a forward, had one run, would have been exported by now
+    assert cluster.metric("ray_sentiment_forward_texts_count", application="deadline") == 0
+    assert cluster.metric("ray_sentiment_texts_total", application="deadline") == 0
+
+
+def test_removing_an_app_finishes_requests_in_flight(cluster: Cluster) -> None:
+    app = cluster.deploy("drain", batch={"batch_wait_timeout_s": 1.0})
+    started = threading.Event()
+
+    def send(i: int) -> requests.Response:
+        started.set()
+        return app.classify({"text": f"in flight {i}"}, timeout=60)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(send, i) for i in range(8)]
+        started.wait()
+        time.sleep(0.5)  # requests are now waiting in the replica's batch queue
+        del cluster.apps["drain"]
+        cluster.apply()
+        responses = [f.result() for f in futures]
+    assert [r.status_code for r in responses] == [200] * 8
+    assert all(len(r.json()["results"]) == 1 for r in responses)

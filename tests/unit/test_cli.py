@@ -1,0 +1,31 @@
+"""The command line fails clearly, without a traceback, when it cannot start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_missing_model_says_what_to_do(tmp_path: Path) -> None:
+    result = run_cli("serve", "--model-path", str(tmp_path / "absent"))
+    assert result.returncode == 2
+    assert "make model" in result.stderr and "SENTIMENT_MODEL_PATH" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_setting_names_the_variable(tiny_model_dir: Path) -> None:
+    env = {"SENTIMENT_PORT": "eighty", "PATH": "/usr/bin:/bin"}
+    result = run_cli("serve", "--model-path", str(tiny_model_dir), env=env)
+    assert result.returncode == 2
+    assert "port" in result.stderr and "Traceback" not in result.stderr
