@@ -23,22 +23,21 @@ class Item:
     ids: list[int]
     deadline: float  # time.monotonic() after which the answer is useless
     enqueued: float  # time.monotonic() at admission, for the queue-wait metric
-    cost: int = field(default=0)  # see item_cost; fixed at admission
+    cost: int = field(default=1)  # slots, see item_cost; fixed at admission
 
 
 def item_cost(num_tokens: int, max_batch_tokens: int, max_batch_texts: int) -> int:
-    """Cost of one text in the batch queue's budget.
+    """Slots one text takes in a dynamic batch of `max_batch_texts` slots.
 
-    Ray's `@serve.batch` knows one limit; charging each text at least
-    `max_batch_tokens / max_batch_texts` makes that single limit enforce both a token budget
-    and a cap on texts per batch.
+    Ray's `@serve.batch` knows one limit (`max_batch_size`, here the slot count). A slot stands
+    for `max_batch_tokens / max_batch_texts` tokens and every text takes at least one, so that
+    single limit caps both texts and tokens per batch. Rounding up keeps the token cap strict.
     """
-    floor = max(1, max_batch_tokens // max_batch_texts)
-    return max(num_tokens, floor)
+    return max(1, -(-num_tokens * max_batch_texts // max_batch_tokens))
 
 
 def batch_cost(items: Sequence[Item]) -> int:
-    """Ray's `batch_size_fn`: the sum of the items' admission costs."""
+    """Ray's `batch_size_fn`: the slots the items take."""
     return sum(item.cost for item in items)
 
 

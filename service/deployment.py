@@ -82,8 +82,8 @@ class SentimentClassifier:
         config = BatchConfig.model_validate(user_config)
         Settings.model_validate({**self.settings.model_dump(), "batch": config.model_dump()})
         self.batch = config
-        # Ray's batch size is our token-cost budget (see batching.item_cost).
-        self.infer.set_max_batch_size(config.max_batch_tokens)  # type: ignore[attr-defined]
+        # Ray's batch size counts slots (see batching.item_cost): one per text at least.
+        self.infer.set_max_batch_size(config.max_batch_texts)  # type: ignore[attr-defined]
         self.infer.set_batch_wait_timeout_s(config.batch_wait_timeout_s)  # type: ignore[attr-defined]
         logger.info("batch config now %s", config.model_dump())
 
@@ -201,7 +201,8 @@ class SentimentClassifier:
         body = ClassifyResponse(model=self.model.name, results=results)
         return JSONResponse(body.model_dump())
 
-    @serve.batch(max_batch_size=16384, batch_wait_timeout_s=0.005, batch_size_fn=batch_cost)
+    # The real limits come from `reconfigure`, which Ray calls right after __init__.
+    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.005, batch_size_fn=batch_cost)
     async def infer(self, items: list[Item]) -> list[list[float] | ServiceError]:
         """One dynamic batch: drop expired items, compute the rest off the event loop."""
         now = time.monotonic()

@@ -75,15 +75,32 @@ def test_scatter_refuses_a_missing_index() -> None:
         scatter([[0]], [["a"]], 2)
 
 
-def test_item_cost_caps_texts_and_tokens_with_one_budget() -> None:
-    budget, max_texts = 1024, 8
+def fits(items: list[Item], slots: int) -> int:
+    """How many items Ray takes before the next would push the cost over `slots`."""
+    return max(n for n in range(len(items) + 1) if batch_cost(items[:n]) <= slots)
+
+
+def test_item_cost_caps_texts_and_tokens_with_one_limit() -> None:
+    budget, max_texts = 1024, 8  # one slot = 128 tokens
     short = [Item([1] * 5, 0.0, 0.0, item_cost(5, budget, max_texts)) for _ in range(20)]
-    # Ray stops filling once the next item would push the cost over the budget.
-    fits = max(n for n in range(len(short) + 1) if batch_cost(short[:n]) <= budget)
-    assert fits == max_texts
+    assert fits(short, max_texts) == max_texts
     long = [Item([1] * 300, 0.0, 0.0, item_cost(300, budget, max_texts)) for _ in range(5)]
-    fits = max(n for n in range(len(long) + 1) if batch_cost(long[:n]) <= budget)
-    assert fits == 3
+    assert item_cost(300, budget, max_texts) == 3
+    assert fits(long, max_texts) == 2
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_admitted_batch_respects_both_limits(seed: int) -> None:
+    budget, max_texts = 4096, 64
+    lengths = random_lengths(seed, 200)
+    items = [Item([1] * n, 0.0, 0.0, item_cost(n, budget, max_texts)) for n in lengths]
+    n = fits(items, max_texts)
+    assert 1 <= n <= max_texts
+    assert sum(lengths[:n]) <= budget
+
+
+def test_a_full_length_text_fits_when_max_seq_len_fits_the_budget() -> None:
+    assert item_cost(256, max_batch_tokens=256, max_batch_texts=64) == 64
 
 
 def test_split_expired() -> None:
