@@ -87,11 +87,6 @@ class SentimentClassifier:
         self.infer.set_batch_wait_timeout_s(config.batch_wait_timeout_s)  # type: ignore[attr-defined]
         logger.info("batch config now %s", config.model_dump())
 
-    def check_health(self) -> None:
-        """Ray's replica health check: a replica without a model is restarted."""
-        if self.model is None:
-            raise RuntimeError("model not loaded")
-
     @app.get("/healthz")
     async def healthz(self) -> dict[str, str]:
         """Alive: the process answers."""

@@ -123,32 +123,25 @@ class SentimentModel:
         return cls(model, tokenizer, labels, name or path.name, dev, torch_dtype, limit)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
-        """Tokenize texts (with special tokens), cutting each at `max_length` tokens."""
+        """Tokenize texts (with special tokens) in one call, cutting each at `max_length`.
+
+        With overflowing tokens on, a cut text yields extra rows; its first row is exactly the
+        truncated encoding, so one pass gives both the ids and the `truncated` flag.
+        """
         enc = self.tokenizer(  # type: ignore[operator]
             texts,
             truncation=True,
             max_length=self.max_length,
-            return_overflowing_tokens=False,
-            return_length=False,
+            return_overflowing_tokens=True,
             return_attention_mask=False,
             return_token_type_ids=False,
         )
-        full = (
-            self.tokenizer(  # type: ignore[operator]
-                texts, truncation=False, return_attention_mask=False, return_token_type_ids=False
-            )
-            if self._may_truncate(texts)
-            else None
-        )
-        out = []
-        for i, ids in enumerate(enc["input_ids"]):
-            truncated = full is not None and len(full["input_ids"][i]) > len(ids)
-            out.append(Encoded(list(ids), truncated))
-        return out
-
-    def _may_truncate(self, texts: list[str]) -> bool:
-        # A token covers at least one character, so short texts can never be cut.
-        return any(len(t) + 2 > self.max_length for t in texts)
+        heads: dict[int, list[int]] = {}
+        rows_per_text = [0] * len(texts)
+        for row, index in enumerate(enc["overflow_to_sample_mapping"]):
+            heads.setdefault(index, enc["input_ids"][row])
+            rows_per_text[index] += 1
+        return [Encoded(list(heads[i]), rows_per_text[i] > 1) for i in range(len(texts))]
 
     @torch.inference_mode()
     def predict(self, batch: list[list[int]]) -> torch.Tensor:

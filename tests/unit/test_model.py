@@ -65,3 +65,14 @@ def test_dtype_auto_is_fp16_on_gpu_fp32_on_cpu() -> None:
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     with pytest.raises(ModelLoadError, match="unknown dtype"):
         resolve_dtype("int4", torch.device("cpu"))
+
+
+def test_one_pass_encoding_matches_plain_truncation(model: SentimentModel) -> None:
+    texts = ["great phone " * k for k in range(1, 25)] + ["ok", "broke after a day"]
+    encoded = model.encode(texts)
+    for text, enc in zip(texts, encoded, strict=True):
+        cut = model.tokenizer(text, truncation=True, max_length=32)["input_ids"]  # type: ignore[operator]
+        whole = model.tokenizer(text)["input_ids"]  # type: ignore[operator]
+        assert enc.ids == cut
+        assert enc.truncated == (len(whole) > 32)
+    assert any(e.truncated for e in encoded) and not all(e.truncated for e in encoded)
