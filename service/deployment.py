@@ -111,7 +111,7 @@ class SentimentClassifier:
     @app.post(
         CLASSIFY_PATH,
         response_model=ClassifyResponse,
-        responses={k: v for k, v in ERROR_RESPONSES.items() if k != 503},
+        responses=ERROR_RESPONSES,
     )
     async def classify(self, request: Request) -> JSONResponse:
         """Label each text `positive`/`negative` (or the model's labels) with probabilities."""
