@@ -8,7 +8,7 @@ micro-batches under a padded-token budget keeps each forward dense.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from service.model import PAD_MULTIPLE, round_up
@@ -23,7 +23,7 @@ class Item:
     ids: list[int]
     deadline: float  # time.monotonic() after which the answer is useless
     enqueued: float  # time.monotonic() at admission, for the queue-wait metric
-    cost: int = field(default=1)  # slots, see item_cost; fixed at admission
+    cost: int = 1  # slots, see item_cost; fixed at admission
 
 
 def item_cost(num_tokens: int, max_batch_tokens: int, max_batch_texts: int) -> int:

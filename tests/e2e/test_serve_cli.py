@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.conftest import free_port
+from tests.net import free_port
 
 pytestmark = pytest.mark.slow
 

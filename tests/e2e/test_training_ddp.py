@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from service.model import SentimentModel
+from tests.net import free_port
 from tests.tiny_bert import build_tiny_bert
 from tests.unit.test_training_loop import make_examples, write_csv
-
-
-def free_port() -> int:
-    """A port nobody listens on now, so the rendezvous does not collide with Ray's."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ also the path on which a new `user_config` reaches running replicas through `rec
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
+
+from tests.net import free_port
 
 DEPLOYMENT = "SentimentClassifier"
 TEST_ARGS: dict[str, Any] = {
@@ -40,12 +41,6 @@ TEST_BATCH: dict[str, Any] = {
     "micro_batch_tokens": 256,
     "max_pending_texts": 256,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
