@@ -7,13 +7,27 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 MODEL_DIR ?= models/default
 STAMP := $(VENV)/.installed
+# Load tests and benchmarks: every knob here is also an environment variable of the same name.
+LOADTEST_HOST ?= http://127.0.0.1:8000
+LOADTEST_SHAPE ?= spike
+LOADTEST_OUT ?= results/loadtest
+LOADTEST_ARGS ?=
+BENCH_OUT ?= results/bench
+BENCH_ARGS ?=
+PY_DIRS := service training loadtest tests k8s
 
-.PHONY: help install serve test test-unit test-integration lint typecheck model clean
+.PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
+	bench loadtest capacity probe k8s-check prometheus-tools clean
 
 help:
-	@echo "make serve   run the service on 127.0.0.1:8000 with the default model"
-	@echo "make test    lint, type-check and run every test"
-	@echo "make model   build the default model into $(MODEL_DIR)"
+	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
+	@echo "make test       lint, type-check and run every test"
+	@echo "make model      build the default model into $(MODEL_DIR)"
+	@echo "make bench      in-process limit vs service vs naive endpoint -> $(BENCH_OUT)"
+	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
+	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
+	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
+	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +41,7 @@ install: $(STAMP)
 # Serve SENTIMENT_MODEL_PATH when set, else the default model (built first if missing).
 serve: $(STAMP)
 ifeq ($(SENTIMENT_MODEL_PATH),)
-	@test -f $(MODEL_DIR)/config.json || { echo "No model in $(MODEL_DIR): building the default model first (make model)."; $(MAKE) --no-print-directory model; }
+	@$(MAKE) --no-print-directory default-model
 	$(PY) -m service serve --model-path $(MODEL_DIR)
 else
 	$(PY) -m service serve
@@ -36,14 +50,43 @@ endif
 model: $(STAMP)
 	$(PY) -m training build-default --out $(MODEL_DIR)
 
+default-model: $(STAMP)
+	@test -f $(MODEL_DIR)/config.json || { echo "No model in $(MODEL_DIR): building the default model first (make model)."; $(MAKE) --no-print-directory model; }
+
+bench: default-model
+	$(PY) -m loadtest.bench --model-path $(MODEL_DIR) --out $(BENCH_OUT) $(BENCH_ARGS)
+
+probe: default-model
+	$(PY) -m service probe --model-path $(MODEL_DIR)
+
+# Against a service that is already running (make serve, or LOADTEST_HOST=http://...).
+loadtest: $(STAMP)
+	$(VENV)/bin/locust -f loadtest/locustfile.py --headless --host $(LOADTEST_HOST) \
+		--shape $(LOADTEST_SHAPE) --out $(LOADTEST_OUT) \
+		--csv $(LOADTEST_OUT)/locust --csv-full-history --html $(LOADTEST_OUT)/report.html $(LOADTEST_ARGS)
+
+capacity:
+	@$(MAKE) --no-print-directory loadtest LOADTEST_SHAPE=step
+
+k8s-check: $(STAMP) prometheus-tools
+	$(PY) k8s/check.py
+
+# A real Prometheus and promtool (Debian's package) for k8s-check and the monitoring tests.
+prometheus-tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+		echo "Installing Debian's prometheus package (prometheus, promtool)"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		$$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service training tests
-	$(VENV)/bin/ruff format --check service training tests
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy service training
+	$(VENV)/bin/mypy service training loadtest k8s/check.py
 
-test: lint typecheck
+test: lint typecheck prometheus-tools
 	$(PY) -m pytest
 
 test-unit: $(STAMP)
