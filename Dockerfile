@@ -1,0 +1,34 @@
+# Image for the Ray head and GPU workers of the sentiment RayService (k8s/rayservice.yaml) and
+# for the Locust rehearsal Job. Build from the repository root after `make model`:
+#   docker build -t registry.example.com/sentiment-service:0.1.0 .
+# Ray's GPU image: same Ray version as pyproject's ray[serve], Python 3.11, CUDA, user `ray`.
+FROM rayproject/ray:2.60.0-py311-gpu
+
+# torch's CUDA build comes from the PyTorch index; the version satisfies pyproject's range.
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# uid 1000 is the image's `ray` user; numeric so the kubelet can check runAsNonRoot.
+USER 1000
+WORKDIR /home/ray/app
+
+# The largest layer first, so code changes do not re-download torch.
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+
+COPY --chown=1000:100 pyproject.toml README.md ./
+COPY --chown=1000:100 service ./service
+COPY --chown=1000:100 training ./training
+COPY --chown=1000:100 loadtest ./loadtest
+# The loadtest extra brings Locust, so the rehearsal Job runs on this image too.
+RUN pip install --no-cache-dir "./[loadtest]"
+
+# The served model is part of the image (built by `make model`): one tag, one model.
+COPY --chown=1000:100 models/default /home/ray/models/default
+ENV SENTIMENT_MODEL_PATH=/home/ray/models/default
+
+EXPOSE 8000 8080
