@@ -1,0 +1,364 @@
+"""k8s/check.py passes on the repository and fails, naming the problem, on broken copies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.k8s.conftest import REPO, copy_repo
+
+Docs = list[dict[str, Any]]
+
+
+def edit_yaml(path: Path, change: Callable[[Docs], None]) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    change(docs)
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def edit_serve_config(change: Callable[[dict[str, Any]], None]) -> Callable[[Docs], None]:
+    def apply(docs: Docs) -> None:
+        spec = docs[0]["spec"]
+        config = yaml.safe_load(spec["serveConfigV2"])
+        change(config)
+        spec["serveConfigV2"] = yaml.safe_dump(config, sort_keys=False)
+
+    return apply
+
+
+def worker(docs: Docs) -> dict[str, Any]:
+    group: dict[str, Any] = docs[0]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    return group
+
+
+def head(docs: Docs) -> dict[str, Any]:
+    group: dict[str, Any] = docs[0]["spec"]["rayClusterConfig"]["headGroupSpec"]
+    return group
+
+
+def deployment(config: dict[str, Any]) -> dict[str, Any]:
+    dep: dict[str, Any] = config["applications"][0]["deployments"][0]
+    return dep
+
+
+def replace_text(old: str, new: str) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        text = path.read_text()
+        assert old in text, f"{old!r} not in {path.name}"
+        path.write_text(text.replace(old, new))
+
+    return apply
+
+
+def yaml_edit(change: Callable[[Docs], None]) -> Callable[[Path], None]:
+    return lambda path: edit_yaml(path, change)
+
+
+def set_in(*keys: Any, value: Any) -> Callable[[Any], None]:
+    def apply(node: Any) -> None:
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+
+    return apply
+
+
+# (id, file, edit, check tag, words the problem must contain)
+BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
+    (
+        "job-unknown-field",
+        "k8s/locust.yaml",
+        yaml_edit(lambda d: d[2]["spec"]["template"]["spec"]["containers"][0].update(resource={})),
+        "kubernetes-validate",
+        "'resource' was unexpected",
+    ),
+    (
+        "job-type-error",
+        "k8s/locust.yaml",
+        yaml_edit(lambda d: d[3]["spec"].update(parallelism="four")),
+        "kubernetes-validate",
+        "Job/sentiment-loadtest-workers",
+    ),
+    (
+        "rayservice-unknown-field",
+        "k8s/rayservice.yaml",
+        yaml_edit(lambda d: worker(d).update(maxReplica=8)),
+        "crd-schema",
+        "'maxReplica' was unexpected",
+    ),
+    (
+        "rayservice-type-error",
+        "k8s/rayservice.yaml",
+        yaml_edit(lambda d: worker(d).update(minReplicas="one")),
+        "crd-schema",
+        "'one' is not of type 'integer'",
+    ),
+    (
+        "rayservice-pod-template-unknown-field",
+        "k8s/rayservice.yaml",
+        yaml_edit(lambda d: worker(d)["template"]["spec"]["containers"][0].update(gpus=1)),
+        "kubernetes-validate",
+        "RayService/sentiment a100",
+    ),
+    (
+        "podmonitor-unknown-field",
+        "k8s/podmonitors.yaml",
+        yaml_edit(lambda d: d[0]["spec"]["podMetricsEndpoints"][0].update(scrapeEvery="15s")),
+        "crd-schema",
+        "'scrapeEvery' was unexpected",
+    ),
+    (
+        "prometheusrule-bad-promql",
+        "k8s/prometheusrule.yaml",
+        replace_text("> 0.25", "> > 0.25"),
+        "promtool",
+        "PrometheusRule",
+    ),
+    (
+        "prometheusrule-type-error",
+        "k8s/prometheusrule.yaml",
+        yaml_edit(lambda d: d[0]["spec"]["groups"][0].update(rules="none")),
+        "crd-schema",
+        "is not of type 'array'",
+    ),
+    (
+        "dashboard-bad-promql",
+        "k8s/grafana-dashboard.json",
+        replace_text("sum by (status) (rate(", "sum by (status) (rate(("),
+        "promtool",
+        "dashboard",
+    ),
+    (
+        "serve-import-path",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(
+                lambda c: c["applications"][0].update(import_path="service.deployment:nope")
+            )
+        ),
+        "serve-config",
+        "import_path 'service.deployment:nope'",
+    ),
+    (
+        "serve-unknown-arg",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: c["applications"][0]["args"].update(num_gpu=1))),
+        "serve-config",
+        "args key 'num_gpu' is not a service setting",
+    ),
+    (
+        "serve-bad-user-config",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c)["user_config"].update(max_batch=8))),
+        "serve-config",
+        "max_batch",
+    ),
+    (
+        "serve-autoscaling-typo",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c)["autoscaling_config"].update(max=3))),
+        "serve-config",
+        "unknown key 'max'",
+    ),
+    (
+        "serve-schema",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c).update(max_ongoing_requests=-1))),
+        "serve-config",
+        "ServeDeploySchema rejects",
+    ),
+    (
+        "autoscaling-bounds",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(
+                set_in(
+                    "applications",
+                    0,
+                    "deployments",
+                    0,
+                    "autoscaling_config",
+                    "max_replicas",
+                    value=16,
+                )
+            )
+        ),
+        "consistency",
+        "max_replicas (16) must equal the worker group's maxReplicas (8)",
+    ),
+    (
+        "half-a-gpu",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(lambda c: deployment(c)["ray_actor_options"].update(num_gpus=0.5))
+        ),
+        "consistency",
+        "must both be 1",
+    ),
+    (
+        "not-on-a100",
+        "k8s/rayservice.yaml",
+        yaml_edit(lambda d: worker(d)["template"]["spec"].pop("affinity")),
+        "consistency",
+        "not pinned to A100",
+    ),
+    (
+        "head-takes-replicas",
+        "k8s/rayservice.yaml",
+        yaml_edit(lambda d: head(d)["rayStartParams"].pop("num-cpus")),
+        "consistency",
+        "num-cpus 0",
+    ),
+    (
+        "podmonitor-selects-nothing",
+        "k8s/podmonitors.yaml",
+        yaml_edit(set_in(1, "spec", "selector", "matchLabels", "ray.io/node-type", value="wrkr")),
+        "consistency",
+        "no PodMonitor selects the Ray worker pods",
+    ),
+    (
+        "missing-configmap",
+        "k8s/locust.yaml",
+        yaml_edit(
+            lambda d: d[3]["spec"]["template"]["spec"]["volumes"][0].update(
+                configMap={"name": "loadtest-files"}
+            )
+        ),
+        "consistency",
+        "ConfigMap loadtest-files does not exist",
+    ),
+    (
+        "locust-wrong-host",
+        "k8s/locust.yaml",
+        replace_text("http://sentiment-serve-svc:8000", "http://sentiment-svc:8000"),
+        "consistency",
+        "is not the Serve service sentiment-serve-svc",
+    ),
+    (
+        "kustomization-missing-resource",
+        "k8s/kustomization.yaml",
+        replace_text("  - locust.yaml\n", "  - locust.yaml\n  - hpa.yaml\n"),
+        "kustomize",
+        "resource hpa.yaml does not exist",
+    ),
+    (
+        "dockerfile-ray-version",
+        "Dockerfile",
+        replace_text("rayproject/ray:2.60.0-py311-gpu", "rayproject/ray:2.59.0-py311-gpu"),
+        "dockerfile",
+        "RayService rayVersion 2.60.0 != image Ray 2.59.0",
+    ),
+    (
+        "dockerfile-torch-outside-pyproject",
+        "Dockerfile",
+        replace_text("TORCH_VERSION=2.13.0", "TORCH_VERSION=2.15.0"),
+        "dockerfile",
+        "torch 2.15.0 is outside pyproject's",
+    ),
+    (
+        "dockerfile-hadolint",
+        "Dockerfile",
+        replace_text("USER 1000\n", "USER 1000\nRUN pip install locust\n"),
+        "hadolint",
+        "DL3013",
+    ),
+    (
+        "dockerfile-root",
+        "Dockerfile",
+        replace_text("USER 1000\n", "USER 1000\nUSER root\n"),
+        "dockerfile",
+        "non-root USER",
+    ),
+    (
+        "dockerfile-model-path",
+        "Dockerfile",
+        replace_text("SENTIMENT_MODEL_PATH=/home/ray/models/default", "SENTIMENT_MODEL_PATH=/m"),
+        "dockerfile",
+        "not the image's SENTIMENT_MODEL_PATH",
+    ),
+    (
+        "loadtest-out-of-sync",
+        "loadtest/__init__.py",
+        lambda path: path.write_text(path.read_text() + "# changed\n"),
+        "loadtest-sync",
+        "out of date with loadtest/",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def baseline(
+    check: ModuleType, schemas: Path, tmp_path_factory: pytest.TempPathFactory
+) -> set[str]:
+    """Problems of an unbroken, freshly synced copy (none once loadtest/ is complete)."""
+    root = synced_copy(check, tmp_path_factory.mktemp("baseline"))
+    return set(check.run_checks(root, schemas).problems)
+
+
+def synced_copy(check: ModuleType, dest: Path) -> Path:
+    root = copy_repo(dest)
+    (root / "k8s" / check.LOADTEST_CONFIGMAP).write_text(check.loadtest_configmap(root))
+    return root
+
+
+def test_repository_passes(check: ModuleType, schemas: Path) -> None:
+    report = check.run_checks(REPO, schemas)
+    assert report.problems == []
+    assert len(report.passed) == 7
+
+
+@pytest.mark.parametrize(
+    ("file", "edit", "tag", "words"),
+    [pytest.param(*b[1:], id=b[0]) for b in BREAKAGES],
+)
+def test_broken_copy_fails_with_the_reason(
+    check: ModuleType,
+    schemas: Path,
+    baseline: set[str],
+    tmp_path: Path,
+    file: str,
+    edit: Callable[[Path], None],
+    tag: str,
+    words: str,
+) -> None:
+    root = synced_copy(check, tmp_path)
+    edit(root / file)
+    report = check.run_checks(root, schemas)
+    new = [p for p in report.problems if p not in baseline]
+    assert any(p.startswith(f"[{tag}]") and words in p for p in new), new
+
+
+def test_crd_defaults_fill_required_fields(check: ModuleType) -> None:
+    # The API server fills defaults before validating: a required field with a default may
+    # be absent, one without may not.
+    schema = check._strict(
+        {
+            "type": "object",
+            "required": ["a", "b"],
+            "properties": {"a": {"type": "string", "default": "x"}, "b": {"type": "string"}},
+        }
+    )
+    assert schema["required"] == ["b"]
+    assert schema["additionalProperties"] is False
+
+
+def test_cli_exit_status_and_sync(check: ModuleType, schemas: Path, tmp_path: Path) -> None:
+    root = synced_copy(check, tmp_path)
+    (root / "loadtest" / "extra_module.py").write_text("VALUE = 1\n")
+    cli = [sys.executable, str(REPO / "k8s" / "check.py"), "--root", str(root)]
+    cli += ["--schemas", str(schemas)]
+    stale = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert stale.returncode == 1
+    assert "FAIL  [loadtest-sync]" in stale.stdout
+    subprocess.run([*cli, "--sync"], check=True, capture_output=True)
+    synced = (root / "k8s" / check.LOADTEST_CONFIGMAP).read_text()
+    assert "extra_module.py: |\n    VALUE = 1\n" in synced
+    fixed = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert "[loadtest-sync] k8s/loadtest-configmap.yaml is out of date" not in fixed.stdout
