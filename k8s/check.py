@@ -73,6 +73,8 @@ DASHBOARD_VARIABLES = {
 }
 
 Doc = dict[str, Any]
+# libyaml's loader when PyYAML has it: the CRDs alone are 2 MB of YAML.
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -96,7 +98,7 @@ class Report:
 def load_yaml_docs(path: Path) -> list[Doc]:
     """Every non-empty document of a YAML file."""
     with path.open(encoding="utf-8") as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
+        return [d for d in yaml.load_all(f, Loader=Loader) if d is not None]
 
 
 def render(k8s_dir: Path, report: Report) -> list[Doc]:
@@ -210,7 +212,7 @@ def schemas_dir(cli: Path | None) -> Path:
 def crd_schema(path: Path, version: str) -> Doc:
     """The CRD's schema for `version`, made strict the way the API server reads it."""
     with path.open(encoding="utf-8") as f:
-        crd = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        crd = yaml.load(f, Loader=Loader)
     for v in crd["spec"]["versions"]:
         if v["name"] == version:
             schema: Doc = v["schema"]["openAPIV3Schema"]
@@ -679,6 +681,18 @@ def _check_loadtest_job(docs: list[Doc], ray: Doc, report: Report) -> None:
                     report.fail("consistency", f"Job/{name_of(job)}: Locust {flag} report missing")
     if masters != 1:
         report.fail("consistency", f"expected one Locust master Job, found {masters}")
+    wanted = {_env(c).get("WORKERS") for j in jobs for c in _containers(j["spec"]["template"])}
+    wanted.discard(None)
+    for job in jobs:
+        if not job["spec"].get("suspend"):
+            # Applying k8s/ must not start a rehearsal against a service still warming up.
+            report.fail("consistency", f"Job/{name_of(job)} must be created suspended")
+        parallel = job["spec"].get("parallelism")
+        if parallel is not None and {str(parallel)} != wanted:
+            report.fail(
+                "consistency",
+                f"Job/{name_of(job)}: parallelism {parallel} != the master's WORKERS {wanted}",
+            )
 
 
 def _check_images(docs: list[Doc], report: Report) -> None:

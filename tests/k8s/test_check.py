@@ -57,6 +57,13 @@ def replace_text(old: str, new: str) -> Callable[[Path], None]:
     return apply
 
 
+def append(text: str) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        path.write_text(path.read_text() + text)
+
+    return apply
+
+
 def yaml_edit(change: Callable[[Docs], None]) -> Callable[[Path], None]:
     return lambda path: edit_yaml(path, change)
 
@@ -242,6 +249,20 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         "is not the Serve service sentiment-serve-svc",
     ),
     (
+        "locust-worker-count",
+        "k8s/locust.yaml",
+        yaml_edit(lambda d: d[3]["spec"].update(parallelism=2, completions=2)),
+        "consistency",
+        "parallelism 2 != the master's WORKERS {'4'}",
+    ),
+    (
+        "locust-starts-on-apply",
+        "k8s/locust.yaml",
+        yaml_edit(lambda d: d[2]["spec"].pop("suspend")),
+        "consistency",
+        "Job/sentiment-loadtest-master must be created suspended",
+    ),
+    (
         "kustomization-missing-resource",
         "k8s/kustomization.yaml",
         replace_text("  - locust.yaml\n", "  - locust.yaml\n  - hpa.yaml\n"),
@@ -286,7 +307,7 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
     (
         "loadtest-out-of-sync",
         "loadtest/__init__.py",
-        lambda path: path.write_text(path.read_text() + "# changed\n"),
+        append("# changed\n"),
         "loadtest-sync",
         "out of date with loadtest/",
     ),
@@ -353,12 +374,11 @@ def test_cli_exit_status_and_sync(check: ModuleType, schemas: Path, tmp_path: Pa
     root = synced_copy(check, tmp_path)
     (root / "loadtest" / "extra_module.py").write_text("VALUE = 1\n")
     cli = [sys.executable, str(REPO / "k8s" / "check.py"), "--root", str(root)]
-    cli += ["--schemas", str(schemas)]
-    stale = subprocess.run(cli, capture_output=True, text=True, check=False)
+    stale = subprocess.run([*cli, "--schemas", str(schemas)], capture_output=True, text=True)
     assert stale.returncode == 1
-    assert "FAIL  [loadtest-sync]" in stale.stdout
+    assert "FAIL  [loadtest-sync] k8s/loadtest-configmap.yaml is out of date" in stale.stdout
     subprocess.run([*cli, "--sync"], check=True, capture_output=True)
     synced = (root / "k8s" / check.LOADTEST_CONFIGMAP).read_text()
     assert "extra_module.py: |\n    VALUE = 1\n" in synced
-    fixed = subprocess.run(cli, capture_output=True, text=True, check=False)
-    assert "[loadtest-sync] k8s/loadtest-configmap.yaml is out of date" not in fixed.stdout
+    problems = check.run_checks(root, schemas).problems
+    assert not any("is out of date" in p for p in problems), problems
