@@ -1,0 +1,1 @@
+"""Peak-traffic rehearsal (Locust), benchmarks against baselines, and capacity planning."""

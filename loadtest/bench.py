@@ -1,0 +1,193 @@
+"""`python -m loadtest.bench`: the service against its limit and a naive baseline, one run.
+
+Measures, on one machine and the same texts:
+  limit    the model in-process, all texts known up front, length-sorted micro-batches;
+  service  the real service over HTTP at several concurrencies, single- and multi-text;
+  naive    the same model behind a one-request-one-forward Ray Serve endpoint.
+Figures are ratios inside the run, because the machine is shared and absolute speed drifts.
+Writes bench.json, bench.md and bench.png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest import corpus
+from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
+from loadtest.report import hardware, write_reports
+
+
+@dataclass
+class Plan:
+    """How much to measure; `--quick` shrinks everything for tests."""
+
+    texts: int
+    seconds: float
+    warmup_s: float
+    singles: list[int]
+    multis: list[int]
+    multi_size: int
+    budgets: list[int]
+    half_load_s: float
+
+
+FULL = Plan(1024, 12.0, 2.0, [1, 16, 64], [1, 4, 16], 32, [512, 1024, 2048, 4096], 20.0)
+QUICK = Plan(96, 2.0, 0.5, [1, 8], [2], 8, [1024], 2.0)
+
+
+def _row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[str, Any]:
+    return {
+        "target": target,
+        "texts_per_request": per_request,
+        "concurrency": concurrency,
+        "texts_per_s": round(r.texts_per_s, 2),
+        "p50_ms": round(r.percentile(0.50) * 1000, 1),
+        "p95_ms": round(r.percentile(0.95) * 1000, 1),
+        "p99_ms": round(r.percentile(0.99) * 1000, 1),
+        "requests": r.requests,
+        "errors": r.errors,
+        "statuses": {str(k): v for k, v in sorted(r.statuses.items())},
+    }
+
+
+async def _measure(
+    url: str, payloads: list[tuple[bytes, int]], concurrency: int, plan: Plan
+) -> RunResult:
+    await closed_loop(url, payloads, concurrency, plan.warmup_s, 10_000)
+    return await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
+
+
+def _synthetic_bert_base(tokenizer_from: Path, out: Path) -> Path:
+    """A BERT-base-sized classifier with random weights (timing only), tokenizer reused."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    config = BertConfig(id2label={0: "negative", 1: "positive"})
+    BertForSequenceClassification(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer_from, local_files_only=True).save_pretrained(out)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure everything and return the results document."""
+    import torch
+
+    from service.model import SentimentModel
+
+    plan = QUICK if args.quick else FULL
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    texts = corpus.load(args.corpus, args.texts or plan.texts)
+    model_path = args.model_path
+    if args.synthetic_bert_base:
+        model_path = _synthetic_bert_base(args.model_path, Path(tempfile.mkdtemp()) / "bert-base")
+
+    print(f"limit: in-process, {len(texts)} texts, budgets {plan.budgets} ...", flush=True)
+    from loadtest.limit import measure
+
+    model = SentimentModel.load(model_path, device=args.device, dtype=args.dtype)
+    limit = measure(model, texts, plan.budgets)
+    on_gpu = model.device.type == "cuda"
+    limit_peak = torch.cuda.max_memory_allocated(model.device) if on_gpu else 0
+    info = {
+        "name": model.name,
+        "parameters": sum(p.numel() for p in model.model.parameters()),
+        "device": str(model.device),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "mean_tokens": round(sum(len(e.ids) for e in model.encode(texts)) / len(texts), 1),
+    }
+    del model
+    if on_gpu:
+        torch.cuda.empty_cache()
+    print(f"limit: {limit.texts_per_s:.1f} texts/s (micro-batch {limit.micro_batch_tokens})")
+
+    budget = args.micro_batch_tokens or limit.micro_batch_tokens
+    service_runs, naive_runs, half = asyncio.run(
+        _serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
+    )
+    return {
+        "hardware": hardware(),
+        "model": info,
+        "plan": asdict(plan),
+        "threads": threads,
+        "service_micro_batch_tokens": budget,
+        "limit": {**asdict(limit), "gpu_peak_bytes": limit_peak},
+        "runs": service_runs + naive_runs,
+        "half_load": half,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+async def _serve_and_measure(
+    args: argparse.Namespace,
+    plan: Plan,
+    texts: list[str],
+    model_path: Path,
+    threads: int,
+    budget: int,
+    on_gpu: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    from loadtest import serving
+
+    with serving.local_apps(model_path, threads, budget, on_gpu, args.device, args.dtype) as urls:
+        service_runs: list[dict[str, Any]] = []
+        naive_runs: list[dict[str, Any]] = []
+        kinds = [(1, plan.singles), (plan.multi_size, plan.multis)]
+        for per_request, levels in kinds:
+            payloads = bodies(texts, per_request)
+            for c in levels:
+                for target, rows in (("service", service_runs), ("naive", naive_runs)):
+                    r = await _measure(urls[target], payloads, c, plan)
+                    rows.append(_row(target, per_request, c, r))
+                    print(
+                        f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
+                        f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
+                        f"  errors {r.errors}",
+                        flush=True,
+                    )
+        best = max(r["texts_per_s"] for r in service_runs if r["texts_per_request"] == 1)
+        rate = best / 2
+        r = await open_loop(urls["service"], bodies(texts, 1), rate, plan.half_load_s)
+        half = {**_row("service", 1, 0, r), "offered_texts_per_s": round(rate, 2)}
+        print(f"half load: {rate:.1f} texts/s offered -> p99 {half['p99_ms']} ms", flush=True)
+        half["gpu_peak_bytes"] = serving.gpu_peak_bytes()
+    return service_runs, naive_runs, half
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, measure, print the table and write the reports."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
+    parser.add_argument("--model-path", type=Path, default=Path("models/default"))
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--quick", action="store_true", help="a few seconds, for tests")
+    parser.add_argument("--texts", type=int, help="texts in the corpus (default by plan)")
+    parser.add_argument("--corpus", help="file with one text per line (default: generated)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    parser.add_argument("--micro-batch-tokens", type=int, help="service budget (default: best)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
+    parser.add_argument(
+        "--synthetic-bert-base",
+        action="store_true",
+        help="time a BERT-base-sized random model with the model's tokenizer (GPU sizing)",
+    )
+    args = parser.parse_args(argv)
+    if not (args.model_path / "config.json").is_file():
+        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
+        return 2
+    results = run(args)
+    table = write_reports(results, args.out)
+    print("\n" + table)
+    print(f"wrote {args.out}/bench.json, bench.md and bench.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

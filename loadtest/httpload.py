@@ -1,0 +1,137 @@
+"""A lean asyncio HTTP load generator for benchmarks (closed and open loop, bounded).
+
+Locust is the tool for rehearsals; benchmarks need a client that costs the shared CPU as little
+as possible, so this one pre-encodes bodies and keeps connections alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+
+@dataclass
+class RunResult:
+    """What one load run measured; latencies in seconds, one per answered request."""
+
+    requests: int = 0
+    texts: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def texts_per_s(self) -> float:
+        return self.texts / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        """Latency at quantile `q` (0..1), nearest rank; 0 with no samples."""
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def bodies(texts: list[str], per_request: int) -> list[tuple[bytes, int]]:
+    """JSON bodies of `per_request` texts each (singles use the `text` form)."""
+    if per_request == 1:
+        return [(json.dumps({"text": t}).encode(), 1) for t in texts]
+    chunks = [texts[i : i + per_request] for i in range(0, len(texts), per_request)]
+    return [(json.dumps({"texts": c}).encode(), len(c)) for c in chunks if len(c) == per_request]
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: tuple[bytes, int], result: RunResult
+) -> None:
+    t0 = time.perf_counter()
+    try:
+        async with session.post(
+            url, data=body[0], headers={"content-type": "application/json"}
+        ) as response:
+            await response.read()
+            status = response.status
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        status = 0
+    result.statuses[status] = result.statuses.get(status, 0) + 1
+    if status == 200:
+        result.latencies.append(time.perf_counter() - t0)
+        result.requests += 1
+        result.texts += body[1]
+    else:
+        result.errors += 1
+
+
+def _session(concurrency: int, timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    )
+
+
+async def closed_loop(
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    concurrency: int,
+    duration_s: float,
+    max_requests: int,
+    timeout_s: float = 30.0,
+) -> RunResult:
+    """`concurrency` workers, each sending its next request when the last one is answered.
+
+    Stops after `duration_s` or `max_requests`, whichever comes first; requests in flight at
+    the end still finish and count.
+    """
+    result = RunResult()
+    sent = 0
+    deadline = time.perf_counter() + duration_s
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal sent
+        while sent < max_requests and time.perf_counter() < deadline:
+            body = payloads[sent % len(payloads)]
+            sent += 1
+            await _post(session, url, body, result)
+
+    async with _session(concurrency, timeout_s) as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        result.seconds = time.perf_counter() - t0
+    return result
+
+
+async def open_loop(
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    rate_per_s: float,
+    duration_s: float,
+    seed: int = 0,
+    timeout_s: float = 30.0,
+) -> RunResult:
+    """Poisson arrivals at `rate_per_s` requests per second for `duration_s` (latency under load).
+
+    Unlike a closed loop, a slow server does not slow the arrivals, so queueing shows up in
+    the latencies the way it does in production.
+    """
+    rng = random.Random(seed)
+    result = RunResult()
+    tasks: list[asyncio.Task[None]] = []
+    async with _session(10_000, timeout_s) as session:
+        t0 = time.perf_counter()
+        next_at, i = 0.0, 0
+        while next_at < duration_s:
+            delay = t0 + next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = payloads[i % len(payloads)]
+            tasks.append(asyncio.create_task(_post(session, url, body, result)))
+            i += 1
+            next_at += rng.expovariate(rate_per_s)
+        await asyncio.gather(*tasks)
+        result.seconds = time.perf_counter() - t0
+    return result

@@ -1,0 +1,36 @@
+"""The in-process limit: the model alone, every text known up front, the best batching."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from service.batching import plan_micro_batches
+from service.model import SentimentModel
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Best texts/s over the micro-batch budgets tried, and the budget that gave it."""
+
+    texts_per_s: float
+    micro_batch_tokens: int
+    by_budget: dict[int, float]
+
+
+def run_once(model: SentimentModel, texts: list[str], budget: int) -> float:
+    """Texts/s to tokenize all texts, sort by length, and forward under `budget`."""
+    t0 = time.perf_counter()
+    ids = [e.ids for e in model.encode(texts)]
+    for group in plan_micro_batches([len(i) for i in ids], budget):
+        model.predict([ids[i] for i in group])
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def measure(model: SentimentModel, texts: list[str], budgets: list[int], repeats: int = 2) -> Limit:
+    """Best of `repeats` runs per budget (the machine is shared: the best run is the least
+    disturbed one), after one warm-up pass."""
+    run_once(model, texts[: max(1, len(texts) // 8)], budgets[0])
+    by_budget = {b: max(run_once(model, texts, b) for _ in range(repeats)) for b in budgets}
+    best = max(by_budget, key=by_budget.__getitem__)
+    return Limit(by_budget[best], best, by_budget)

@@ -1,0 +1,170 @@
+"""Benchmark reports: the results as JSON, a markdown table with ratios, and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+# The targets the service is held to (single-text c=64, multi-text, latency at half load).
+SINGLE_VS_LIMIT = 0.75
+MULTI_VS_LIMIT = 0.85
+HALF_LOAD_P99_MS = 250.0
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model, core count, accelerator and library versions, to label the figures."""
+    import ray
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "ray": ray.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def add_ratios(results: dict[str, Any]) -> None:
+    """Each service run gets `vs_limit` and `vs_naive` (same texts/request and concurrency)."""
+    limit = results["limit"]["texts_per_s"]
+    naive = {
+        (r["texts_per_request"], r["concurrency"]): r["texts_per_s"]
+        for r in results["runs"]
+        if r["target"] == "naive"
+    }
+    for r in results["runs"]:
+        r["vs_limit"] = round(r["texts_per_s"] / limit, 3) if limit else None
+        base = naive.get((r["texts_per_request"], r["concurrency"]))
+        r["vs_naive"] = round(r["texts_per_s"] / base, 2) if base else None
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The three targets, each with the measured value and whether it was met."""
+    service = [r for r in results["runs"] if r["target"] == "service"]
+    singles = [r for r in service if r["texts_per_request"] == 1]
+    multis = [r for r in service if r["texts_per_request"] > 1]
+    top_single = max(singles, key=lambda r: r["concurrency"])
+    best_multi = max(multis, key=lambda r: r["vs_limit"])
+    half = results["half_load"]
+    rows = [
+        (
+            f"single text, c={top_single['concurrency']}: service / limit",
+            top_single["vs_limit"],
+            SINGLE_VS_LIMIT,
+            top_single["vs_limit"] >= SINGLE_VS_LIMIT and top_single["errors"] == 0,
+        ),
+        (
+            f"{best_multi['texts_per_request']} texts/request, "
+            f"c={best_multi['concurrency']}: service / limit",
+            best_multi["vs_limit"],
+            MULTI_VS_LIMIT,
+            best_multi["vs_limit"] >= MULTI_VS_LIMIT and best_multi["errors"] == 0,
+        ),
+        (
+            f"p99 ms at half the max single-text rate ({half['offered_texts_per_s']} texts/s)",
+            half["p99_ms"],
+            HALF_LOAD_P99_MS,
+            half["p99_ms"] <= HALF_LOAD_P99_MS and half["errors"] == 0,
+        ),
+    ]
+    return [{"name": n, "value": v, "goal": g, "met": m} for n, v, g, m in rows]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The table the README shows."""
+    hw, model, limit = results["hardware"], results["model"], results["limit"]
+    gpu = f", GPU {hw['gpu']}" if hw["gpu"] else ", no GPU"
+    lines = [
+        f"Hardware: {hw['cpu']}, {hw['cores']} cores{gpu}; torch {hw['torch']}, "
+        f"ray {hw['ray']}; {results['threads']} torch threads.",
+        f"Model: {model['name']} ({model['parameters'] / 1e6:.1f}M parameters, "
+        f"{model['dtype']} on {model['device']}); texts average {model['mean_tokens']} tokens.",
+        f"Limit (in-process, all texts sorted): **{limit['texts_per_s']:.1f} texts/s** at "
+        f"micro-batch budget {limit['micro_batch_tokens']} tokens; the service ran with "
+        f"budget {results['service_micro_batch_tokens']}.",
+        "",
+        "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
+        "| vs limit | vs naive |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(results["runs"], key=lambda r: (r["texts_per_request"], r["concurrency"])):
+        vs_naive = f"{r['vs_naive']:.2f}x" if r["target"] == "service" and r["vs_naive"] else ""
+        lines.append(
+            f"| {r['target']} | {r['texts_per_request']} | {r['concurrency']} | "
+            f"{r['texts_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
+            f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} |"
+        )
+    half = results["half_load"]
+    lines += [
+        "",
+        f"Half load (open loop, Poisson arrivals at {half['offered_texts_per_s']} texts/s): "
+        f"p50 {half['p50_ms']:.0f} ms, p99 {half['p99_ms']:.0f} ms, errors {half['errors']}.",
+        "",
+        "| target | measured | goal | met |",
+        "|---|---:|---:|---|",
+    ]
+    for t in results["targets"]:
+        met = "yes" if t["met"] else "NO"
+        lines.append(f"| {t['name']} | {t['value']} | {t['goal']} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Latency (p50 and p99) against throughput, one panel per request size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["texts_per_request"] for r in results["runs"]})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4.5), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        for target, color in (("service", "tab:blue"), ("naive", "tab:red")):
+            rows = sorted(
+                (
+                    r
+                    for r in results["runs"]
+                    if r["target"] == target and r["texts_per_request"] == size
+                ),
+                key=lambda r: r["concurrency"],
+            )
+            x = [r["texts_per_s"] for r in rows]
+            ax.plot(x, [r["p99_ms"] for r in rows], "o-", color=color, label=f"{target} p99")
+            ax.plot(x, [r["p50_ms"] for r in rows], "s--", color=color, label=f"{target} p50")
+            for r in rows:
+                ax.annotate(f"c={r['concurrency']}", (r["texts_per_s"], r["p99_ms"]), fontsize=7)
+        ax.axvline(results["limit"]["texts_per_s"], color="gray", linestyle=":", label="limit")
+        ax.set_xlabel("texts/s")
+        ax.set_ylabel("latency (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"{size} text(s) per request")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_reports(results: dict[str, Any], out: Path) -> str:
+    """Add ratios and targets, write bench.json / bench.md / bench.png, return the table."""
+    add_ratios(results)
+    results["targets"] = targets(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (out / "bench.md").write_text(table)
+    plot(results, out / "bench.png")
+    return table
