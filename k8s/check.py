@@ -22,6 +22,7 @@ repository. Exit status 0 when everything holds; otherwise one line per problem 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
 import importlib
 import json
@@ -780,6 +781,7 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
                     "dockerfile",
                     f"serveConfigV2 model_path {wanted} is not the image's SENTIMENT_MODEL_PATH",
                 )
+    _check_dockerignore(root, text, report)
     version = project["version"]
     for doc in docs:
         for _, template in walk_pod_specs(doc):
@@ -788,6 +790,28 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
                     report.fail(
                         "dockerfile", f"image {c.get('image')} is not tagged {version} (pyproject)"
                     )
+
+
+def _check_dockerignore(root: Path, dockerfile: str, report: Report) -> None:
+    """Every COPY source must reach the build context through .dockerignore."""
+    path = root / ".dockerignore"
+    patterns = []
+    if path.is_file():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        patterns = [p.strip() for p in lines if p.strip() and not p.startswith("#")]
+    for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M):
+        sources = [w for w in line.split() if not w.startswith("--")][:-1]
+        for source in sources:
+            parts = Path(source.rstrip("/")).parts
+            prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+            included = True
+            # Docker's rule: the last pattern that matches the path or a parent decides.
+            for pattern in patterns:
+                bare = pattern.lstrip("!")
+                if any(fnmatch.fnmatchcase(prefix, bare) for prefix in prefixes):
+                    included = pattern.startswith("!")
+            if not included:
+                report.fail("dockerfile", f"COPY {source}: excluded by .dockerignore")
 
 
 def _in_range(check: str, what: str, version: str, requirement: str, report: Report) -> None:

@@ -305,6 +305,13 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         "not the image's SENTIMENT_MODEL_PATH",
     ),
     (
+        "dockerignore-drops-sources",
+        ".dockerignore",
+        replace_text("!training\n", ""),
+        "dockerfile",
+        "COPY training: excluded by .dockerignore",
+    ),
+    (
         "loadtest-out-of-sync",
         "loadtest/__init__.py",
         append("# changed\n"),
