@@ -1,8 +1,9 @@
-"""`python -m service serve`: run the service on a local Ray instance."""
+"""`python -m service serve | probe`: run the service locally, or size its batches first."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -13,8 +14,46 @@ from service.settings import Settings
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("model_path", "host", "port", "metrics_port", "num_replicas", "device")
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    keys = ("model_path", "host", "port", "metrics_port", "num_replicas", "device", "dtype")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def run_probe(settings: Settings, args: argparse.Namespace) -> int:
+    """Load the model as the service would, measure the grid, print table and advice."""
+    import json
+
+    import torch
+
+    from service import probe
+    from service.model import SentimentModel
+
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    model = SentimentModel.load(
+        settings.model_path, settings.device, settings.dtype, settings.max_seq_len
+    )
+    base = probe.measure_cell(model, 1, 8, 1).peak_bytes  # model, runtime, one tiny forward
+    cells = probe.run_grid(
+        model, _ints(args.batch_sizes), _ints(args.lengths), args.repeats, args.max_cell_tokens
+    )
+    limit = (
+        probe.parse_size(args.memory_limit)
+        if args.memory_limit
+        else probe.available_memory(model.device)
+    )
+    advice = probe.advise(cells, limit, base, args.typical_length)
+    where = f"{model.name}, {str(model.dtype).removeprefix('torch.')} on {model.device}"
+    print(probe.format_report(cells, advice, where, args.typical_length))
+    if args.json:
+        document = {"model": model.name, "device": str(model.device), "advice": advice}
+        document["cells"] = probe.cell_dicts(cells)
+        with open(args.json, "w") as f:
+            json.dump(document, f, indent=2, default=lambda o: o.__dict__)
+    return 0
 
 
 def serve_forever(settings: Settings, address: str | None) -> int:
@@ -25,6 +64,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     from service.deployment import application
 
     settings = settings.model_copy(update={"model_path": settings.model_path.resolve()})
+    # Ray renices its workers to 15 so its own daemons stay responsive; for a service that is
+    # the machine's main work, that lets any other process (a load generator, a build) starve
+    # the replica and the proxy. Keep them at normal priority unless told otherwise.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     if address:
         ray.init(address=address)
     else:
@@ -70,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--num-replicas", type=int, help="replicas (one per GPU on GPU nodes)")
     run.add_argument("--device", help="auto, cpu or cuda")
     run.add_argument("--address", help="join a running Ray cluster instead of starting one")
+    probe = sub.add_parser("probe", help="peak memory and speed per batch x length")
+    probe.add_argument("--model-path", help="model directory (default: SENTIMENT_MODEL_PATH)")
+    probe.add_argument("--device", help="auto, cpu or cuda (default: SENTIMENT_DEVICE)")
+    probe.add_argument("--dtype", help="auto, float32, float16, bfloat16")
+    probe.add_argument("--batch-sizes", default="1,8,32,128", help="comma-separated rows")
+    probe.add_argument("--lengths", default="16,64,128,256", help="comma-separated tokens")
+    probe.add_argument("--repeats", type=int, default=2, help="timed forwards per cell")
+    probe.add_argument("--max-cell-tokens", type=int, default=16384, help="skip bigger cells")
+    probe.add_argument("--memory-limit", help="e.g. 16GiB (default: GPU size or free RAM)")
+    probe.add_argument("--typical-length", type=int, default=64, help="tokens of a usual text")
+    probe.add_argument("--json", help="also write the grid and advice to this file")
     args = parser.parse_args(argv)
 
     try:
@@ -81,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # pydantic's ValidationError: a bad SENTIMENT_* value
         print(f"error: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    if args.command == "probe":
+        return run_probe(settings, args)
     return serve_forever(settings, args.address)
 
 
