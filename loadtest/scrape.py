@@ -1,0 +1,132 @@
+"""Server-side figures for a load run, from the service's Prometheus endpoint(s).
+
+Scraped at the start, during and at the end of the run; counters and histograms are read as
+differences between the first and last scrape, gauges as the maximum seen.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+P = "ray_sentiment_"
+
+
+def scrape(url: str, timeout: float = 5.0) -> Samples:
+    """Every sample of one endpoint, by sample name, parsed by prometheus_client."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        text = response.read().decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return samples
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum over the series of `name` whose labels include `labels`."""
+    return sum(
+        v for got, v in samples.get(name, []) if all(got.get(k) == w for k, w in labels.items())
+    )
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    """Sum of `name` per value of `label`."""
+    out: dict[str, float] = {}
+    for got, v in samples.get(name, []):
+        key = got.get(label, "")
+        out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def bucket_quantile(first: Samples, last: Samples, name: str, q: float) -> float | None:
+    """Quantile `q` of histogram `name` over the window, like PromQL's histogram_quantile."""
+    now, before = by_label(last, f"{name}_bucket", "le"), by_label(first, f"{name}_bucket", "le")
+    cumulative = sorted((float(le), now[le] - before.get(le, 0.0)) for le in now)
+    if not cumulative or cumulative[-1][1] <= 0:
+        return None
+    rank = q * cumulative[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in cumulative:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            share = (rank - lower_count) / (count - lower_count) if count > lower_count else 1.0
+            return lower_bound + (bound - lower_bound) * share
+        lower_bound, lower_count = bound, count
+    return None
+
+
+class ServerWatch:
+    """Scrapes the given endpoints and summarises what the service did meanwhile."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.first: Samples | None = None
+        self.last: Samples = {}
+        self.peaks: dict[str, float] = {}
+        self.errors: list[str] = []
+
+    def sample(self) -> None:
+        """One scrape of every endpoint, merged; failures are noted, never raised."""
+        merged: Samples = {}
+        for url in self.urls:
+            try:
+                for name, rows in scrape(url).items():
+                    merged.setdefault(name, []).extend(rows)
+            except (OSError, ValueError) as exc:
+                self.errors.append(f"{url}: {exc}")
+                return
+        if self.first is None:
+            self.first = merged
+        self.last = merged
+        for gauge in ("pending_texts", "gpu_memory_peak_bytes", "gpu_memory_reserved_bytes"):
+            values = [v for _, v in merged.get(P + gauge, [])]
+            self.peaks[gauge] = max([self.peaks.get(gauge, 0.0), *values])
+
+    def summary(self) -> dict[str, Any]:
+        """Server-side figures over the scrape window (empty with a reason if none)."""
+        if self.first is None or self.first is self.last:
+            reason = self.errors[-1] if self.errors else "fewer than two scrapes"
+            return {"available": False, "reason": reason}
+        a, b = self.first, self.last
+
+        def delta(name: str) -> float:
+            return total(b, name) - total(a, name)
+
+        forwards = delta(P + "forward_texts_count")
+        batches = delta(P + "batch_texts_count")
+        texts = delta(P + "texts_total")
+        pad_n = delta(P + "padding_ratio_count")
+        replicas = {got.get("replica", "") for got, _ in b.get(P + "model_info", [])}
+
+        def diff_by(name: str, label: str) -> dict[str, float]:
+            before = by_label(a, name, label)
+            return {k: v - before.get(k, 0.0) for k, v in by_label(b, name, label).items()}
+
+        def ms(value: float | None) -> float | None:
+            return None if value is None else round(value * 1000, 1)
+
+        return {
+            "available": True,
+            "replicas": len(replicas),
+            "texts_answered": texts,
+            "texts_per_forward": round(texts / forwards, 2) if forwards else None,
+            "texts_per_batch": round(texts / batches, 2) if batches else None,
+            # Ray exports histogram sums from bucket midpoints, so this mean is approximate.
+            "padding_ratio_mean": round(delta(P + "padding_ratio_sum") / pad_n, 3)
+            if pad_n
+            else None,
+            "queue_wait_p50_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.5)),
+            "queue_wait_p99_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.99)),
+            "forward_p99_ms": ms(bucket_quantile(a, b, P + "forward_seconds", 0.99)),
+            "requests_by_status": diff_by(P + "requests_total", "status"),
+            "rejections_by_reason": diff_by(P + "rejections_total", "reason"),
+            "pending_texts_max": self.peaks.get("pending_texts", 0.0),
+            "gpu_memory_peak_bytes_max": self.peaks.get("gpu_memory_peak_bytes", 0.0),
+            "gpu_memory_reserved_bytes_max": self.peaks.get("gpu_memory_reserved_bytes", 0.0),
+        }
