@@ -551,6 +551,7 @@ def check_consistency(docs: list[Doc], config: Doc | None, report: Report) -> No
     if config is not None:
         _check_serve_vs_cluster(config, group, gpus, worker, report)
     _check_monitors(docs, ray, report)
+    _check_services(docs, report)
     _check_loadtest_job(docs, ray, report)
     _check_images(docs, report)
 
@@ -611,12 +612,28 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def _check_monitors(docs: list[Doc], ray: Doc, report: Report) -> None:
-    # KubeRay adds ray.io/node-type to the pods it creates from these templates.
+def pod_labels(docs: list[Doc]) -> list[dict[str, str]]:
+    """Labels of every pod the manifests create, with those KubeRay adds to Ray pods."""
     pods = []
-    for where, template in walk_pod_specs(ray):
-        node_type = "head" if where.endswith(" head") else "worker"
-        pods.append({**_labels(template), "ray.io/node-type": node_type})
+    for doc in docs:
+        for where, template in walk_pod_specs(doc):
+            labels = _labels(template)
+            if doc["kind"] == "RayService":
+                labels["ray.io/node-type"] = "head" if where.endswith(" head") else "worker"
+            pods.append(labels)
+    return pods
+
+
+def _check_services(docs: list[Doc], report: Report) -> None:
+    pods = pod_labels(docs)
+    for svc in find(docs, "Service"):
+        selector = svc.get("spec", {}).get("selector", {})
+        if not any(_selects(selector, p) for p in pods):
+            report.fail("consistency", f"Service/{name_of(svc)} selects no pod: {selector}")
+
+
+def _check_monitors(docs: list[Doc], ray: Doc, report: Report) -> None:
+    pods = pod_labels([ray])
     monitors = find(docs, "PodMonitor")
     for node_type in ("head", "worker"):
         if not any(

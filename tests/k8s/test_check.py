@@ -38,6 +38,19 @@ def worker(docs: Docs) -> dict[str, Any]:
     return group
 
 
+def named(docs: Docs, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["metadata"]["name"] == name and d["kind"] == "Job"]
+    return doc
+
+
+def master(docs: Docs) -> dict[str, Any]:
+    return named(docs, "sentiment-loadtest-master")
+
+
+def workers(docs: Docs) -> dict[str, Any]:
+    return named(docs, "sentiment-loadtest-workers")
+
+
 def head(docs: Docs) -> dict[str, Any]:
     group: dict[str, Any] = docs[0]["spec"]["rayClusterConfig"]["headGroupSpec"]
     return group
@@ -82,14 +95,16 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
     (
         "job-unknown-field",
         "k8s/locust.yaml",
-        yaml_edit(lambda d: d[2]["spec"]["template"]["spec"]["containers"][0].update(resource={})),
+        yaml_edit(
+            lambda d: master(d)["spec"]["template"]["spec"]["containers"][0].update(resource={})
+        ),
         "kubernetes-validate",
         "'resource' was unexpected",
     ),
     (
         "job-type-error",
         "k8s/locust.yaml",
-        yaml_edit(lambda d: d[3]["spec"].update(parallelism="four")),
+        yaml_edit(lambda d: workers(d)["spec"].update(parallelism="four")),
         "kubernetes-validate",
         "Job/sentiment-loadtest-workers",
     ),
@@ -234,7 +249,7 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         "missing-configmap",
         "k8s/locust.yaml",
         yaml_edit(
-            lambda d: d[3]["spec"]["template"]["spec"]["volumes"][0].update(
+            lambda d: workers(d)["spec"]["template"]["spec"]["volumes"][0].update(
                 configMap={"name": "loadtest-files"}
             )
         ),
@@ -249,16 +264,23 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         "is not the Serve service sentiment-serve-svc",
     ),
     (
+        "service-selects-nothing",
+        "k8s/locust.yaml",
+        replace_text("    ray.io/node-type: worker\n", "    ray.io/node-type: workers\n"),
+        "consistency",
+        "Service/sentiment-ray-workers selects no pod",
+    ),
+    (
         "locust-worker-count",
         "k8s/locust.yaml",
-        yaml_edit(lambda d: d[3]["spec"].update(parallelism=2, completions=2)),
+        yaml_edit(lambda d: workers(d)["spec"].update(parallelism=2, completions=2)),
         "consistency",
         "parallelism 2 != the master's WORKERS {'4'}",
     ),
     (
         "locust-starts-on-apply",
         "k8s/locust.yaml",
-        yaml_edit(lambda d: d[2]["spec"].pop("suspend")),
+        yaml_edit(lambda d: master(d)["spec"].pop("suspend")),
         "consistency",
         "Job/sentiment-loadtest-master must be created suspended",
     ),
