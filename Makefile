@@ -7,8 +7,10 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 MODEL_DIR ?= models/default
 STAMP := $(VENV)/.installed
-# Load tests and benchmarks: every knob here is also an environment variable of the same name.
+# Load tests and benchmarks; each can also be set in the environment. The locustfile reads
+# every other LOADTEST_* variable itself (see README, Load tests).
 LOADTEST_HOST ?= http://127.0.0.1:8000
+LOADTEST_METRICS_URL ?= http://127.0.0.1:8080/metrics
 LOADTEST_SHAPE ?= spike
 LOADTEST_OUT ?= results/loadtest
 LOADTEST_ARGS ?=
@@ -62,7 +64,7 @@ probe: default-model
 # Against a service that is already running (make serve, or LOADTEST_HOST=http://...).
 loadtest: $(STAMP)
 	$(VENV)/bin/locust -f loadtest/locustfile.py --headless --host $(LOADTEST_HOST) \
-		--shape $(LOADTEST_SHAPE) --out $(LOADTEST_OUT) \
+		--shape $(LOADTEST_SHAPE) --out $(LOADTEST_OUT) --metrics-url "$(LOADTEST_METRICS_URL)" \
 		--csv $(LOADTEST_OUT)/locust --csv-full-history --html $(LOADTEST_OUT)/report.html $(LOADTEST_ARGS)
 
 capacity:

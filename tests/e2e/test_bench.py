@@ -1,0 +1,42 @@
+"""`make bench` in quick mode: it runs all three measurements and writes well-formed reports.
+
+Speed is never asserted (benchmarks measure it); only that every figure is there and sane.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "loadtest.bench", "--quick", "--model-path",
+           str(tiny_model_dir), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["limit"]["texts_per_s"] > 0
+    runs = {(r["target"], r["texts_per_request"], r["concurrency"]): r for r in doc["runs"]}
+    plan = doc["plan"]
+    kinds = ((1, plan["singles"]), (plan["multi_size"], plan["multis"]))
+    expected = {(size, c) for size, levels in kinds for c in levels}
+    assert set(runs) == {(t, size, c) for t in ("service", "naive") for size, c in expected}
+    for r in runs.values():
+        assert r["errors"] == 0, r
+        assert r["requests"] > 0 and r["texts_per_s"] > 0
+        assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+        assert r["vs_limit"] > 0
+    assert all(r["vs_naive"] > 0 for r in runs.values() if r["target"] == "service")
+    assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
+    assert [t["goal"] for t in doc["targets"]] == [0.75, 0.85, 250.0]
+    table = (out / "bench.md").read_text()
+    assert table.count("| service |") == len(runs) // 2
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "limit:" in proc.stdout and "half load:" in proc.stdout
