@@ -39,10 +39,14 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import tomllib
 import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: mypy and pytest (dev extra) bring tomli
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS_ENV = "K8S_SCHEMAS_DIR"
