@@ -7,38 +7,20 @@ micro-batches under a padded-token budget keeps each forward dense.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 from service.model import PAD_MULTIPLE, round_up
-
-T = TypeVar("T")
 
 
 @dataclass
 class Item:
-    """One text waiting in the dynamic batch queue."""
+    """One text waiting for a batch."""
 
     ids: list[int]
     deadline: float  # time.monotonic() after which the answer is useless
     enqueued: float  # time.monotonic() at admission, for the queue-wait metric
-    cost: int = 1  # slots, see item_cost; fixed at admission
-
-
-def item_cost(num_tokens: int, max_batch_tokens: int, max_batch_texts: int) -> int:
-    """Slots one text takes in a dynamic batch of `max_batch_texts` slots.
-
-    Ray's `@serve.batch` knows one limit (`max_batch_size`, here the slot count). A slot stands
-    for `max_batch_tokens / max_batch_texts` tokens and every text takes at least one, so that
-    single limit caps both texts and tokens per batch. Rounding up keeps the token cap strict.
-    """
-    return max(1, -(-num_tokens * max_batch_texts // max_batch_tokens))
-
-
-def batch_cost(items: Sequence[Item]) -> int:
-    """Ray's `batch_size_fn`: the slots the items take."""
-    return sum(item.cost for item in items)
 
 
 def split_expired(items: Sequence[Item], now: float) -> tuple[list[int], list[int]]:
@@ -54,42 +36,75 @@ def padded_cost(lengths: Sequence[int], multiple: int = PAD_MULTIPLE) -> int:
 
 
 def plan_micro_batches(
-    lengths: Sequence[int], budget: int, multiple: int = PAD_MULTIPLE
+    lengths: Sequence[int],
+    budget: int,
+    overhead: int = 0,
+    multiple: int = PAD_MULTIPLE,
 ) -> list[list[int]]:
-    """Split item indices into length-sorted groups whose padded cost fits `budget`.
+    """Split item indices into length-sorted forwards that cost the least in total.
 
-    Every index appears exactly once. A single item longer than the budget still gets its own
-    group (the settings validator prevents that in the service).
+    A forward costs its padded tokens (rows x longest length, rounded up to `multiple`) plus
+    `overhead` token-equivalents of fixed cost (kernel launches, Python), and may not exceed
+    `budget` padded tokens. Two plans are made and the cheaper is kept: filling each forward up
+    to the budget in sorted order, and the best grouping of whole runs of equal rounded length
+    (dynamic programming), which keeps short texts out of long forwards unless merging saves
+    more than a forward's overhead. Every index appears exactly once; an item longer than the
+    budget gets a forward of its own.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    groups: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        # Sorted ascending, so the newcomer is the longest of the group.
-        width = round_up(lengths[i], multiple)
-        if current and width * (len(current) + 1) > budget:
-            groups.append(current)
-            current = []
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
+    widths = [round_up(lengths[i], multiple) for i in order]
+    plans = [_fill(widths, budget), _by_runs(widths, budget, overhead)]
+
+    def cost(plan: list[tuple[int, int]]) -> int:
+        return sum(widths[end - 1] * (end - begin) + overhead for begin, end in plan)
+
+    best = min(plans, key=cost)
+    return [order[begin:end] for begin, end in best]
 
 
-def scatter(groups: Sequence[Sequence[int]], outputs: Sequence[Sequence[T]], n: int) -> list[T]:
-    """Put each group's outputs back at their original indices; checks one output per input."""
-    result: list[T | None] = [None] * n
-    for group, out in zip(groups, outputs, strict=True):
-        if len(out) != len(group):
-            raise ValueError(f"forward returned {len(out)} outputs for {len(group)} inputs")
-        for index, value in zip(group, out, strict=True):
-            if result[index] is not None:
-                raise ValueError(f"index {index} answered twice")
-            result[index] = value
-    missing = [i for i, v in enumerate(result) if v is None]
-    if missing:
-        raise ValueError(f"indices {missing[:5]} got no output")
-    return result  # type: ignore[return-value]
+def _fill(widths: list[int], budget: int) -> list[tuple[int, int]]:
+    """[begin, end) spans of sorted positions, each filled up to the budget."""
+    spans: list[tuple[int, int]] = []
+    begin = 0
+    for pos, width in enumerate(widths):
+        if pos > begin and width * (pos + 1 - begin) > budget:
+            spans.append((begin, pos))
+            begin = pos
+    return [*spans, (begin, len(widths))] if widths else []
+
+
+def _by_runs(widths: list[int], budget: int, overhead: int) -> list[tuple[int, int]]:
+    """Cheapest spans made of whole runs of equal width (a run over budget is cut evenly)."""
+    runs: list[list[int]] = []  # [width, begin, end)
+    for pos, width in enumerate(widths):
+        if runs and runs[-1][0] == width:
+            runs[-1][2] = pos + 1
+        else:
+            runs.append([width, pos, pos + 1])
+    best = [0.0] + [math.inf] * len(runs)
+    first = [0] * (len(runs) + 1)  # first run of the last span in the best plan of runs[:k]
+    for k in range(1, len(runs) + 1):
+        width, rows = runs[k - 1][0], 0
+        for j in range(k, 0, -1):
+            rows += runs[j - 1][2] - runs[j - 1][1]
+            if rows * width <= budget:
+                cost = rows * width + overhead
+            elif j == k:
+                cost = rows * width + overhead * -(-rows // max(1, budget // width))
+            else:
+                break
+            if best[j - 1] + cost < best[k]:
+                best[k], first[k] = best[j - 1] + cost, j
+    spans: list[tuple[int, int]] = []
+    k = len(runs)
+    while k > 0:
+        j = first[k]
+        begin, end, width = runs[j - 1][1], runs[k - 1][2], runs[k - 1][0]
+        # A span over budget can only be one run alone: cut it into full forwards.
+        per = max(1, budget // width) if (end - begin) * width > budget else end - begin
+        spans[:0] = [(c, min(end, c + per)) for c in range(begin, end, per)]
+        k = j - 1
+    return spans
 
 
 def padding_ratio(lengths: Sequence[int], multiple: int = PAD_MULTIPLE) -> float:

@@ -1,9 +1,10 @@
-"""The Ray Serve deployment: FastAPI ingress, admission control, and `@serve.batch` inference."""
+"""The Ray Serve deployment: FastAPI ingress, admission control, and batched inference."""
 
 import asyncio
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,14 +15,12 @@ from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application, Deployment
 from starlette.responses import JSONResponse
 
+from service.batcher import Batcher
 from service.batching import (
     Item,
-    batch_cost,
-    item_cost,
     padded_cost,
     padding_ratio,
     plan_micro_batches,
-    scatter,
     split_expired,
 )
 from service.errors import (
@@ -39,6 +38,7 @@ from service.schemas import ClassifyResponse, TextResult, parse_request, request
 from service.settings import BatchConfig, Settings
 
 logger = logging.getLogger("ray.serve")
+Answer = list[float] | ServiceError  # one text's probabilities, or why it has none
 CLASSIFY_PATH = "/v1/classify"
 app = create_app()
 
@@ -66,6 +66,13 @@ class SentimentClassifier:
         document_request_body(app, CLASSIFY_PATH, self.request_model)
         self.batch = s.batch
         self.pending = 0
+        self.batcher: Batcher[Item, Answer] = Batcher(
+            self.infer,
+            size=lambda item: len(item.ids),
+            max_items=s.batch.max_batch_texts,
+            max_size=s.batch.max_batch_tokens,
+            wait_s=s.batch.batch_wait_timeout_s,
+        )
         # One thread: forwards run off the event loop so requests keep arriving (and batches
         # keep filling) while the model computes, but never two forwards at once.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
@@ -82,9 +89,9 @@ class SentimentClassifier:
         config = BatchConfig.model_validate(user_config)
         Settings.model_validate({**self.settings.model_dump(), "batch": config.model_dump()})
         self.batch = config
-        # Ray's batch size counts slots (see batching.item_cost): one per text at least.
-        self.infer.set_max_batch_size(config.max_batch_texts)  # type: ignore[attr-defined]
-        self.infer.set_batch_wait_timeout_s(config.batch_wait_timeout_s)  # type: ignore[attr-defined]
+        self.batcher.configure(
+            config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s
+        )
         logger.info("batch config now %s", config.model_dump())
 
     @app.get("/healthz")
@@ -151,22 +158,13 @@ class SentimentClassifier:
             encoded = self.model.encode(texts)
             self.metrics.tokenize.observe(time.monotonic() - t0)
             deadline = start + s.request_timeout_s
-            cfg = self.batch
-            items = [
-                Item(
-                    e.ids,
-                    deadline,
-                    t0,
-                    item_cost(len(e.ids), cfg.max_batch_tokens, cfg.max_batch_texts),
-                )
-                for e in encoded
-            ]
+            items = [Item(e.ids, deadline, t0) for e in encoded]
             try:
                 outputs = await asyncio.wait_for(
-                    asyncio.gather(*(self.infer(item) for item in items)),
+                    asyncio.gather(*(self.batcher.submit(item) for item in items)),
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 raise DeadlineExceeded(
                     f"not answered within the {s.request_timeout_s:g}s deadline"
                 ) from None
@@ -196,54 +194,38 @@ class SentimentClassifier:
         body = ClassifyResponse(model=self.model.name, results=results)
         return JSONResponse(body.model_dump())
 
-    # The real limits come from `reconfigure`, which Ray calls right after __init__.
-    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.005, batch_size_fn=batch_cost)
-    async def infer(self, items: list[Item]) -> list[list[float] | ServiceError]:
-        """One dynamic batch: drop expired items, compute the rest off the event loop."""
+    async def infer(self, items: list[Item]) -> AsyncIterator[list[tuple[int, Answer]]]:
+        """One dynamic batch: drop expired items, then forward length-sorted micro-batches
+        off the event loop, yielding each one's answers as soon as it is done."""
         now = time.monotonic()
         live, expired = split_expired(items, now)
-        results: list[list[float] | ServiceError] = [[] for _ in items]
-        for i in expired:
-            results[i] = DeadlineExceeded("deadline passed while queued")
+        if expired:
+            yield [(i, DeadlineExceeded("deadline passed while queued")) for i in expired]
+        if not live:
+            return
         for i in live:
             self.metrics.queue_wait.observe(now - items[i].enqueued)
-        if not live:
-            return results
         self.metrics.batch_texts.observe(len(live))
+        lengths = [len(items[i].ids) for i in live]
         loop = asyncio.get_running_loop()
-        probs, stats = await loop.run_in_executor(
-            self.executor, self._compute, [items[i].ids for i in live]
-        )
-        for i, p in zip(live, probs, strict=True):
-            results[i] = p
-        for rows, padded, ratio, seconds in stats:
-            self.metrics.forward_texts.observe(rows)
-            self.metrics.forward_padded_tokens.observe(padded)
-            self.metrics.padding_ratio.observe(ratio)
-            self.metrics.forward.observe(seconds)
-        return results
-
-    def _compute(
-        self, batch: list[list[int]]
-    ) -> tuple[list[list[float]], list[tuple[int, int, float, float]]]:
-        """Length-sorted micro-batches under the padded-token budget; outputs in input order."""
-        lengths = [len(ids) for ids in batch]
-        groups = plan_micro_batches(lengths, self.batch.micro_batch_tokens)
-        outputs, stats = [], []
-        for group in groups:
-            t0 = time.perf_counter()
-            probs = self.model.predict([batch[i] for i in group]).tolist()
-            group_lengths = [lengths[i] for i in group]
-            stats.append(
-                (
-                    len(group),
-                    padded_cost(group_lengths),
-                    padding_ratio(group_lengths),
-                    time.perf_counter() - t0,
-                )
+        overhead = self.batch.overhead_for(self.model.device.type)
+        for group in plan_micro_batches(lengths, self.batch.micro_batch_tokens, overhead):
+            indices = [live[g] for g in group]
+            probs, seconds = await loop.run_in_executor(
+                self.executor, self._forward, [items[i].ids for i in indices]
             )
-            outputs.append(probs)
-        return scatter(groups, outputs, len(batch)), stats
+            group_lengths = [lengths[g] for g in group]
+            self.metrics.forward_texts.observe(len(group))
+            self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
+            self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
+            self.metrics.forward.observe(seconds)
+            yield list(zip(indices, probs, strict=True))
+
+    def _forward(self, batch: list[list[int]]) -> tuple[list[Answer], float]:
+        """One forward pass on the worker thread; returns probabilities and its duration."""
+        t0 = time.perf_counter()
+        probs: list[Answer] = self.model.predict(batch).tolist()
+        return probs, time.perf_counter() - t0
 
     def _warmup(self) -> None:
         """Run each padded length bucket once, at one row and at a full micro-batch."""

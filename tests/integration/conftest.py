@@ -124,7 +124,8 @@ def _serves(app: Deployed, user_config: dict[str, Any]) -> bool:
     if status is not None and status.status == "DEPLOY_FAILED":
         raise AssertionError(f"{app.name} failed to deploy: {status.message}")
     try:
-        return app.ready().get("batch") == user_config
+        batch = app.ready().get("batch") or {}
+        return all(batch.get(key) == value for key, value in user_config.items())
     except requests.RequestException:
         return False
 

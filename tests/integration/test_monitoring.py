@@ -69,7 +69,9 @@ def deployed(cluster: Cluster) -> Iterator[Deployed]:
 
     def ready() -> bool:
         try:
-            return bool(deployed.ready().get("batch") == app["deployments"][0]["user_config"])
+            batch = deployed.ready().get("batch") or {}
+            wanted = app["deployments"][0]["user_config"]
+            return all(batch.get(key) == value for key, value in wanted.items())
         except requests.RequestException:
             return False
 

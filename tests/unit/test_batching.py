@@ -8,12 +8,9 @@ import pytest
 
 from service.batching import (
     Item,
-    batch_cost,
-    item_cost,
     padded_cost,
     padding_ratio,
     plan_micro_batches,
-    scatter,
     split_expired,
 )
 
@@ -36,11 +33,51 @@ def test_plan_covers_every_index_once_within_budget(seed: int, budget: int) -> N
 
 def test_plan_sorts_by_length_so_groups_are_dense() -> None:
     lengths = [200, 5, 190, 6, 210, 4]
-    groups = plan_micro_batches(lengths, budget=3 * 216)
+    groups = plan_micro_batches(lengths, budget=3 * 216, overhead=64)
     assert [sorted(lengths[i] for i in g) for g in groups] == [[4, 5, 6], [190, 200, 210]]
     unsorted_waste = padding_ratio(lengths)
     sorted_waste = max(padding_ratio([lengths[i] for i in g]) for g in groups)
     assert sorted_waste < unsorted_waste
+
+
+def total_cost(lengths: list[int], groups: list[list[int]], overhead: int) -> int:
+    return sum(padded_cost([lengths[i] for i in g]) + overhead for g in groups)
+
+
+def greedy(lengths: list[int], budget: int) -> list[list[int]]:
+    """Fill each forward up to the budget in sorted order (the plan this one replaces)."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if groups and padded_cost([lengths[j] for j in [*groups[-1], i]]) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize(("budget", "overhead"), [(1024, 128), (4096, 192), (4096, 2048)])
+def test_plan_never_costs_more_than_filling_forwards_in_order(
+    seed: int, budget: int, overhead: int
+) -> None:
+    lengths = random_lengths(seed, 1 + seed * 9)
+    planned = plan_micro_batches(lengths, budget, overhead)
+    assert total_cost(lengths, planned, overhead) <= total_cost(
+        lengths, greedy(lengths, budget), overhead
+    )
+
+
+def test_plan_keeps_short_texts_out_of_a_long_forward() -> None:
+    # Greedy puts the 7 short texts with the long one (8 x 256 = 2048 padded tokens).
+    lengths = [10] * 7 + [250]
+    groups = plan_micro_batches(lengths, budget=2048, overhead=128)
+    assert sorted(map(len, groups)) == [1, 7]
+    assert total_cost(lengths, groups, 128) < total_cost(lengths, greedy(lengths, 2048), 128)
+
+
+def test_a_large_overhead_merges_forwards() -> None:
+    lengths = [10] * 7 + [250]
+    assert len(plan_micro_batches(lengths, budget=2048, overhead=4096)) == 1
 
 
 def test_plan_gives_an_oversized_item_its_own_group() -> None:
@@ -57,54 +94,8 @@ def test_padded_cost_rounds_length_up_to_multiple_of_8() -> None:
     assert padded_cost([]) == 0
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_scatter_restores_input_order(seed: int) -> None:
-    lengths = random_lengths(seed, 50)
-    groups = plan_micro_batches(lengths, 512)
-    outputs = [[("out", i) for i in g] for g in groups]
-    assert scatter(groups, outputs, len(lengths)) == [("out", i) for i in range(len(lengths))]
-
-
-def test_scatter_refuses_a_short_output() -> None:
-    with pytest.raises(ValueError, match="2 outputs for 3 inputs"):
-        scatter([[0, 1, 2]], [["a", "b"]], 3)
-
-
-def test_scatter_refuses_a_missing_index() -> None:
-    with pytest.raises(ValueError, match="got no output"):
-        scatter([[0]], [["a"]], 2)
-
-
-def fits(items: list[Item], slots: int) -> int:
-    """How many items Ray takes before the next would push the cost over `slots`."""
-    return max(n for n in range(len(items) + 1) if batch_cost(items[:n]) <= slots)
-
-
-def test_item_cost_caps_texts_and_tokens_with_one_limit() -> None:
-    budget, max_texts = 1024, 8  # one slot = 128 tokens
-    short = [Item([1] * 5, 0.0, 0.0, item_cost(5, budget, max_texts)) for _ in range(20)]
-    assert fits(short, max_texts) == max_texts
-    long = [Item([1] * 300, 0.0, 0.0, item_cost(300, budget, max_texts)) for _ in range(5)]
-    assert item_cost(300, budget, max_texts) == 3
-    assert fits(long, max_texts) == 2
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_any_admitted_batch_respects_both_limits(seed: int) -> None:
-    budget, max_texts = 4096, 64
-    lengths = random_lengths(seed, 200)
-    items = [Item([1] * n, 0.0, 0.0, item_cost(n, budget, max_texts)) for n in lengths]
-    n = fits(items, max_texts)
-    assert 1 <= n <= max_texts
-    assert sum(lengths[:n]) <= budget
-
-
-def test_a_full_length_text_fits_when_max_seq_len_fits_the_budget() -> None:
-    assert item_cost(256, max_batch_tokens=256, max_batch_texts=64) == 64
-
-
 def test_split_expired() -> None:
-    items = [Item([1], deadline, 0.0, 1) for deadline in (5.0, 1.0, 9.0, 2.0)]
+    items = [Item([1], deadline, 0.0) for deadline in (5.0, 1.0, 9.0, 2.0)]
     assert split_expired(items, now=3.0) == ([0, 2], [1, 3])
 
 

@@ -1,0 +1,132 @@
+"""Dynamic batching on the replica's event loop: a batch is formed when the model is free.
+
+Ray's `@serve.batch` cuts its queue into batches on a timer, even while the previous batch is
+still computing, so under load those batches wait for their turn half-empty (measured here:
+2.3 texts per batch with 64 concurrent clients). Here one loop owns the model: while a batch
+computes, arrivals queue up, and the next batch takes all of them, up to the limits, the moment
+the model is free. Only an idle model waits, briefly, for company.
+
+A batch's results are delivered part by part, as `run` yields them (one part per forward), so
+the clients of the first forwards are answered, and can send their next request, while the
+rest of the batch computes; that request then joins the very next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Batcher(Generic[T, R]):
+    """Coalesces submitted items into batches for one `run` at a time, first come first served.
+
+    A batch holds at most `max_items` items and `max_size` of `size(item)` in total; an item
+    larger than `max_size` on its own still runs, alone. `run(batch)` yields lists of
+    (index in the batch, result); every item must get exactly one result.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[T]], AsyncIterator[Sequence[tuple[int, R]]]],
+        size: Callable[[T], int],
+        max_items: int,
+        max_size: int,
+        wait_s: float,
+    ) -> None:
+        self.run = run
+        self.size = size
+        self.configure(max_items, max_size, wait_s)
+        self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
+        self._queued_size = 0
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def configure(self, max_items: int, max_size: int, wait_s: float) -> None:
+        """New limits; they apply from the next batch on."""
+        self.max_items, self.max_size, self.wait_s = max_items, max_size, wait_s
+
+    @property
+    def queued(self) -> int:
+        """Items waiting for a batch (not those computing)."""
+        return len(self._queue)
+
+    async def submit(self, item: T) -> R:
+        """Queue `item` and wait for its result (or its batch's exception)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self._queue.append((item, future))
+        self._queued_size += self.size(item)
+        self._arrived.set()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._loop(), name="batcher")
+        return await future
+
+    async def _loop(self) -> None:
+        idle = True  # nothing computed since the queue last ran empty
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            if idle:
+                await self._wait_for_company()
+            batch = self._take()
+            if batch:
+                await self._run(batch)
+            idle = not self._queue
+
+    async def _wait_for_company(self) -> None:
+        """The model was idle: let the first arrival wait up to `wait_s` for a fuller batch."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        while len(self._queue) < self.max_items and self._queued_size < self.max_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """The longest prefix of the queue within both limits (cancelled waiters dropped)."""
+        batch: list[tuple[T, asyncio.Future[R]]] = []
+        total = 0
+        while self._queue:
+            item, future = self._queue[0]
+            size = self.size(item)
+            if future.cancelled():  # the client left; nothing to compute
+                self._queue.popleft()
+                self._queued_size -= size
+                continue
+            if batch and (len(batch) >= self.max_items or total + size > self.max_size):
+                break
+            self._queue.popleft()
+            self._queued_size -= size
+            batch.append((item, future))
+            total += size
+        return batch
+
+    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        answered = [False] * len(batch)
+        try:
+            async for part in self.run([item for item, _ in batch]):
+                for index, result in part:
+                    if answered[index]:
+                        raise RuntimeError(f"item {index} of the batch answered twice")
+                    answered[index] = True
+                    future = batch[index][1]
+                    if not future.done():
+                        future.set_result(result)
+            missing = answered.count(False)
+            if missing:
+                raise RuntimeError(f"{missing} of {len(batch)} items got no result")
+        except Exception as exc:  # every waiter left in the batch must hear of it
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
