@@ -68,6 +68,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     # the machine's main work, that lets any other process (a load generator, a build) starve
     # the replica and the proxy. Keep them at normal priority unless told otherwise.
     os.environ.setdefault("RAY_worker_niceness", "0")
+    if settings.torch_threads is None and settings.num_gpus == 0:
+        # Ray would give a CPU replica one thread (OMP_NUM_THREADS = its num_cpus); locally
+        # the model is the machine's main work, so let its forwards use every core.
+        settings = settings.model_copy(update={"torch_threads": os.cpu_count()})
     if address:
         ray.init(address=address)
     else:
