@@ -16,7 +16,8 @@ kustomize it uses), then checks:
 - k8s/loadtest-configmap.yaml against loadtest/ (`--sync` rewrites it).
 
 The CRD schemas are read from $K8S_SCHEMAS_DIR, else from ../shared/k8s-schemas beside the
-repository. Exit status 0 when everything holds; otherwise one line per problem and status 1.
+repository when present, else from the copies in k8s/crds. Exit status 0 when everything
+holds; otherwise one line per problem and status 1.
 """
 
 from __future__ import annotations
@@ -205,12 +206,14 @@ def find(docs: list[Doc], kind: str) -> list[Doc]:
 
 
 def schemas_dir(cli: Path | None) -> Path:
-    """--schemas, else $K8S_SCHEMAS_DIR, else ../shared/k8s-schemas beside the repository."""
+    """--schemas, else $K8S_SCHEMAS_DIR, else ../shared/k8s-schemas beside the repository
+    when present, else the copies vendored in k8s/crds (same files, see its README)."""
     if cli is not None:
         return cli
     if os.environ.get(SCHEMAS_ENV):
         return Path(os.environ[SCHEMAS_ENV])
-    return REPO.parent / "shared" / "k8s-schemas"
+    shared = REPO.parent / "shared" / "k8s-schemas"
+    return shared if shared.is_dir() else REPO / "k8s" / "crds"
 
 
 @functools.cache
