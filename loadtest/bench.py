@@ -136,7 +136,10 @@ async def _serve_and_measure(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     from loadtest import serving
 
-    with serving.local_apps(model_path, threads, budget, on_gpu, args.device, args.dtype) as urls:
+    ingress = serving.pick_ingress(args.ingress)
+    print(f"service and naive app behind {ingress} ingress", flush=True)
+    apps = serving.local_apps(model_path, threads, budget, on_gpu, args.device, args.dtype, ingress)
+    with apps as urls:
         service_runs: list[dict[str, Any]] = []
         naive_runs: list[dict[str, Any]] = []
         kinds = [(1, plan.singles), (plan.multi_size, plan.multis)]
@@ -158,6 +161,7 @@ async def _serve_and_measure(
         half = {**_row("service", 1, 0, r), "offered_texts_per_s": round(rate, 2)}
         print(f"half load: {rate:.1f} texts/s offered -> p99 {half['p99_ms']} ms", flush=True)
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()
+        half["ingress"] = ingress
     return service_runs, naive_runs, half
 
 
@@ -171,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", help="file with one text per line (default: generated)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     parser.add_argument("--micro-batch-tokens", type=int, help="service budget (default: best)")
+    parser.add_argument(
+        "--ingress",
+        choices=("auto", "proxy", "haproxy"),
+        default="auto",
+        help="Ray's Python proxy, or HAProxy with direct ingress (auto: HAProxy if installed)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
     parser.add_argument(

@@ -12,6 +12,10 @@ from typing import Any
 SINGLE_VS_LIMIT = 0.75
 MULTI_VS_LIMIT = 0.85
 HALF_LOAD_P99_MS = 250.0
+INGRESS = {
+    "proxy": "Ray's HTTP proxy",
+    "haproxy": "HAProxy with direct ingress (Ray Serve's high-throughput mode)",
+}
 
 
 def hardware() -> dict[str, Any]:
@@ -95,7 +99,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{model['dtype']} on {model['device']}); texts average {model['mean_tokens']} tokens.",
         f"Limit (in-process, all texts sorted): **{limit['texts_per_s']:.1f} texts/s** at "
         f"micro-batch budget {limit['micro_batch_tokens']} tokens; the service ran with "
-        f"budget {results['service_micro_batch_tokens']}.",
+        f"budget {results['service_micro_batch_tokens']}, behind "
+        f"{INGRESS[results['half_load'].get('ingress', 'proxy')]}.",
         "",
         "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
         "| vs limit | vs naive |",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -19,11 +20,33 @@ def _free_port() -> int:
         return port
 
 
+def pick_ingress(choice: str) -> str:
+    """`auto` takes HAProxy when its binary is installed, else Ray's Python proxy."""
+    if choice == "auto":
+        return "haproxy" if shutil.which("haproxy") else "proxy"
+    return choice
+
+
 @contextmanager
 def local_apps(
-    model_path: Path, threads: int, budget: int, on_gpu: bool, device: str, dtype: str
+    model_path: Path,
+    threads: int,
+    budget: int,
+    on_gpu: bool,
+    device: str,
+    dtype: str,
+    ingress: str = "proxy",
 ) -> Iterator[dict[str, str]]:
-    """Yield the classify URLs of the service and the naive app; tear everything down after."""
+    """Yield the classify URLs of the service and the naive app; tear everything down after.
+
+    `ingress="haproxy"` starts Ray Serve in its high-throughput mode: HAProxy takes the HTTP
+    port and forwards straight to each replica's own server (direct ingress), instead of Ray's
+    Python proxy relaying every request as an actor call. Ray reads these switches from the
+    environment when its processes start, so they are set before `ray.init`.
+    """
+    if ingress == "haproxy":
+        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
+        os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
     import ray
     from ray import serve
 
