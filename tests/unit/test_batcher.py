@@ -35,6 +35,14 @@ def batcher(
     return Batcher(model.run, len, max_items, max_size, wait_s)
 
 
+async def occupy(model: Model, b: Batcher[str, str]) -> asyncio.Task[str]:
+    """Start a batch of one ("z") that computes until the test opens the model's gate."""
+    model.gate.clear()
+    busy = asyncio.create_task(b.submit("z"))
+    await asyncio.sleep(0.01)
+    return busy
+
+
 def on_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     """Run an async test body on a fresh event loop."""
 
@@ -65,9 +73,7 @@ async def test_arrivals_during_a_forward_form_the_next_batch() -> None:
 async def test_limits_cap_items_and_total_size() -> None:
     model = Model()
     b = batcher(model, max_items=3, max_size=6)
-    model.gate.clear()
-    blocker = asyncio.create_task(b.submit("z"))
-    await asyncio.sleep(0.01)
+    blocker = await occupy(model, b)
     texts = ["aa", "bb", "cc", "d", "eeeeeeeee", "f", "g", "h"]
     tasks = [asyncio.create_task(b.submit(t)) for t in texts]
     await asyncio.sleep(0.01)
@@ -102,9 +108,7 @@ async def test_a_full_batch_does_not_wait_out_the_timeout() -> None:
 async def test_cancelled_waiters_are_not_computed() -> None:
     model = Model()
     b = batcher(model)
-    model.gate.clear()
-    blocker = asyncio.create_task(b.submit("z"))
-    await asyncio.sleep(0.01)
+    blocker = await occupy(model, b)
     gone = asyncio.create_task(b.submit("gone"))
     kept = asyncio.create_task(b.submit("kept"))
     await asyncio.sleep(0.01)
@@ -168,9 +172,7 @@ async def test_configure_applies_to_the_next_batch() -> None:
     model = Model()
     b = batcher(model, max_items=10)
     b.configure(max_items=1, max_size=1000, wait_s=0.0)
-    model.gate.clear()
-    blocker = asyncio.create_task(b.submit("z"))
-    await asyncio.sleep(0.01)
+    blocker = await occupy(model, b)
     tasks = [asyncio.create_task(b.submit(x)) for x in "ab"]
     await asyncio.sleep(0.01)
     model.gate.set()
