@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure everything and return the results document."""
     import torch
 
-    from service.model import SentimentModel
+    from service.model import SentimentModel, dtype_name
 
     plan = QUICK if args.quick else FULL
     threads = args.threads or os.cpu_count() or 1
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "name": model.name,
         "parameters": sum(p.numel() for p in model.model.parameters()),
         "device": str(model.device),
-        "dtype": str(model.dtype).removeprefix("torch."),
+        "dtype": dtype_name(model.dtype),
         "mean_tokens": round(sum(len(e.ids) for e in model.encode(texts)) / len(texts), 1),
     }
     del model

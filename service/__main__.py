@@ -29,7 +29,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
     import torch
 
     from service import probe
-    from service.model import SentimentModel
+    from service.model import SentimentModel, dtype_name
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
@@ -46,7 +46,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
         else probe.available_memory(model.device)
     )
     advice = probe.advise(cells, limit, base, args.typical_length)
-    where = f"{model.name}, {str(model.dtype).removeprefix('torch.')} on {model.device}"
+    where = f"{model.name}, {dtype_name(model.dtype)} on {model.device}"
     print(probe.format_report(cells, advice, where, args.typical_length))
     if args.json:
         document = {"model": model.name, "device": str(model.device), "advice": advice}
