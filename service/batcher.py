@@ -25,9 +25,10 @@ R = TypeVar("R")
 class Batcher(Generic[T, R]):
     """Coalesces submitted items into batches for one `run` at a time, first come first served.
 
-    A batch holds at most `max_items` items and `max_size` of `size(item)` in total; an item
-    larger than `max_size` on its own still runs, alone. `run(batch)` yields lists of
-    (index in the batch, result); every item must get exactly one result.
+    A batch holds at most `max_items` of `count(item)` (1 per item unless given: an item may
+    carry many texts) and `max_size` of `size(item)` in total; an item over either limit on its
+    own still runs, alone. `run(batch)` yields lists of (index in the batch, result); every
+    item must get exactly one result.
     """
 
     def __init__(
@@ -37,12 +38,15 @@ class Batcher(Generic[T, R]):
         max_items: int,
         max_size: int,
         wait_s: float,
+        count: Callable[[T], int] = lambda _: 1,
     ) -> None:
         self.run = run
         self.size = size
+        self.count = count
         self.configure(max_items, max_size, wait_s)
         self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._queued_size = 0
+        self._queued_count = 0
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -52,8 +56,8 @@ class Batcher(Generic[T, R]):
 
     @property
     def queued(self) -> int:
-        """Items waiting for a batch (not those computing)."""
-        return len(self._queue)
+        """`count` of the items waiting for a batch (not those computing)."""
+        return self._queued_count
 
     async def submit(self, item: T) -> R:
         """Queue `item` and wait for its result (or its batch's exception)."""
@@ -61,6 +65,7 @@ class Batcher(Generic[T, R]):
         future: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, future))
         self._queued_size += self.size(item)
+        self._queued_count += self.count(item)
         self._arrived.set()
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._loop(), name="batcher")
@@ -83,7 +88,7 @@ class Batcher(Generic[T, R]):
         """The model was idle: let the first arrival wait up to `wait_s` for a fuller batch."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
-        while len(self._queue) < self.max_items and self._queued_size < self.max_size:
+        while self._queued_count < self.max_items and self._queued_size < self.max_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
@@ -96,20 +101,19 @@ class Batcher(Generic[T, R]):
     def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
         """The longest prefix of the queue within both limits (cancelled waiters dropped)."""
         batch: list[tuple[T, asyncio.Future[R]]] = []
-        total = 0
+        total = items = 0
         while self._queue:
             item, future = self._queue[0]
-            size = self.size(item)
-            if future.cancelled():  # the client left; nothing to compute
-                self._queue.popleft()
-                self._queued_size -= size
-                continue
-            if batch and (len(batch) >= self.max_items or total + size > self.max_size):
-                break
+            size, count = self.size(item), self.count(item)
+            if not future.cancelled():  # else the client left; nothing to compute
+                if batch and (items + count > self.max_items or total + size > self.max_size):
+                    break
+                batch.append((item, future))
+                total += size
+                items += count
             self._queue.popleft()
             self._queued_size -= size
-            batch.append((item, future))
-            total += size
+            self._queued_count -= count
         return batch
 
     async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:

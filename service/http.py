@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from service import __version__
 from service.errors import (
@@ -62,20 +63,48 @@ def create_app() -> FastAPI:
     return app
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+class ClientGone(Exception):
+    """The client closed the connection before its request was read."""
+
+
+def route_path(scope: Scope) -> str:
+    """The request path below the app's mount point (Ray sets `root_path` to the prefix)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return path
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """Read at most `limit` bytes; refuse early on a Content-Length over the limit."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise BadRequest("Content-Length is not a number")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"body is {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            if not value.isdigit():
+                raise BadRequest("Content-Length is not a number")
+            if int(value) > limit:
+                raise PayloadTooLarge(f"body is {int(value)} bytes; the limit is {limit}")
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
         body += chunk
         if len(body) > limit:
             raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-    return bytes(body)
+        if not message.get("more_body", False):
+            return body
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    """Send a complete JSON response in two ASGI messages."""
+    raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
 
 
 def document_request_body(app: FastAPI, path: str, model: type[ClassifyRequestBase]) -> None:

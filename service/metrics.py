@@ -3,7 +3,7 @@
 They are Ray metrics, so they leave through Ray's metrics export port together with
 `ray_serve_*`; Ray prefixes each name with `ray_` (`sentiment_batch_texts` is scraped as
 `ray_sentiment_batch_texts_bucket`, ...), and adds deployment/replica/application tags.
-Build `ServiceMetrics` inside the replica: Ray metrics need a connected Ray worker.
+Build them inside a replica: Ray metrics need a connected Ray worker.
 """
 
 from __future__ import annotations
@@ -24,38 +24,23 @@ def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ())
     return Histogram(PREFIX + name, description=doc, boundaries=buckets, tag_keys=tags)  # type: ignore[arg-type]
 
 
-class ServiceMetrics:
-    """Handles for every `sentiment_*` metric of one replica."""
+class IngressMetrics:
+    """Handles for the `sentiment_*` metrics of one ingress replica (per-request side)."""
 
     def __init__(self) -> None:
         self.request_latency = _hist(
             "request_latency_seconds",
-            "Time from request arrival in the replica to its answer, by HTTP status.",
+            "Time from request arrival in the ingress to its answer, by HTTP status.",
             LATENCY_BUCKETS_S,
             ("status",),
         )
-        self.queue_wait = _hist(
-            "queue_wait_seconds",
-            "Time a text waited between admission and the start of its batch.",
-            LATENCY_BUCKETS_S,
-        )
         self.tokenize = _hist(
-            "tokenize_seconds", "Time to tokenize one request's texts.", LATENCY_BUCKETS_S
+            "tokenize_seconds", "Time to tokenize one model call's texts.", LATENCY_BUCKETS_S
         )
-        self.forward = _hist(
-            "forward_seconds", "Time of one forward pass (one micro-batch).", LATENCY_BUCKETS_S
-        )
-        self.batch_texts = _hist(
-            "batch_texts", "Texts in one dynamic batch (across requests).", TEXTS_BUCKETS
-        )
-        self.forward_texts = _hist("forward_texts", "Texts in one forward pass.", TEXTS_BUCKETS)
-        self.forward_padded_tokens = _hist(
-            "forward_padded_tokens",
-            "Tokens one forward computes: longest length (rounded to 8) x texts.",
-            TOKEN_BUCKETS,
-        )
-        self.padding_ratio = _hist(
-            "padding_ratio", "Share of a forward's tokens that are padding.", RATIO_BUCKETS
+        self.call_texts = _hist(
+            "call_texts",
+            "Texts in one call from an ingress to the model (coalesced across requests).",
+            TEXTS_BUCKETS,
         )
         self.requests = Counter(
             PREFIX + "requests",
@@ -72,7 +57,38 @@ class ServiceMetrics:
             tag_keys=("reason",),
         )
         self.pending_texts = Gauge(
-            PREFIX + "pending_texts", description="Texts admitted and not yet answered."
+            PREFIX + "pending_texts",
+            description="Texts an ingress replica admitted and has not answered yet.",
+        )
+
+
+class ModelMetrics:
+    """Handles for the `sentiment_*` metrics of one model replica (batching and the GPU)."""
+
+    def __init__(self) -> None:
+        self.queue_wait = _hist(
+            "queue_wait_seconds",
+            "Time a model call waited between arriving at the model replica and its batch.",
+            LATENCY_BUCKETS_S,
+        )
+        self.forward = _hist(
+            "forward_seconds", "Time of one forward pass (one micro-batch).", LATENCY_BUCKETS_S
+        )
+        self.batch_texts = _hist(
+            "batch_texts", "Texts in one dynamic batch (across calls and ingresses).", TEXTS_BUCKETS
+        )
+        self.forward_texts = _hist("forward_texts", "Texts in one forward pass.", TEXTS_BUCKETS)
+        self.forward_padded_tokens = _hist(
+            "forward_padded_tokens",
+            "Tokens one forward computes: longest length (rounded to 8) x texts.",
+            TOKEN_BUCKETS,
+        )
+        self.padding_ratio = _hist(
+            "padding_ratio", "Share of a forward's tokens that are padding.", RATIO_BUCKETS
+        )
+        self.queued_texts = Gauge(
+            PREFIX + "model_queued_texts",
+            description="Texts waiting in the model replica for a batch.",
         )
         self.gpu_allocated = Gauge(
             PREFIX + "gpu_memory_allocated_bytes",

@@ -7,11 +7,16 @@ token ids, `predict(batch of id lists) -> probabilities`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSequenceClassification
+
+from service.encoding import TextEncoder, sequence_limit
 
 PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
 
@@ -82,7 +87,7 @@ class SentimentModel:
     def __init__(
         self,
         model: torch.nn.Module,
-        tokenizer: object,
+        encoder: TextEncoder,
         labels: list[str],
         name: str,
         device: torch.device,
@@ -90,13 +95,13 @@ class SentimentModel:
         max_length: int,
     ) -> None:
         self.model = model
-        self.tokenizer = tokenizer
+        self.encoder = encoder
         self.labels = labels
         self.name = name
         self.device = device
         self.dtype = dtype
         self.max_length = max_length
-        self.pad_id: int = getattr(tokenizer, "pad_token_id", None) or 0
+        self.pad_id: int = getattr(model.config, "pad_token_id", None) or 0
 
     @classmethod
     def load(
@@ -112,48 +117,34 @@ class SentimentModel:
         check_model_dir(path)
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        encoder = TextEncoder.load(path, max_length)
         model = AutoModelForSequenceClassification.from_pretrained(
             path, local_files_only=True, dtype=torch_dtype, attn_implementation="sdpa"
         )
         model.to(dev).eval()
         config = model.config
         labels = [str(config.id2label[i]) for i in range(config.num_labels)]
-        limit = min(max_length, int(getattr(config, "max_position_embeddings", max_length)))
-        return cls(model, tokenizer, labels, name or path.name, dev, torch_dtype, limit)
+        limit = sequence_limit(path, max_length)
+        return cls(model, encoder, labels, name or path.name, dev, torch_dtype, limit)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
-        """Tokenize texts (with special tokens) in one call, cutting each at `max_length`.
-
-        With overflowing tokens on, a cut text yields extra rows; its first row is exactly the
-        truncated encoding, so one pass gives both the ids and the `truncated` flag.
-        """
-        enc = self.tokenizer(  # type: ignore[operator]
-            texts,
-            truncation=True,
-            max_length=self.max_length,
-            return_overflowing_tokens=True,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
-        heads: dict[int, list[int]] = {}
-        rows_per_text = [0] * len(texts)
-        for row, index in enumerate(enc["overflow_to_sample_mapping"]):
-            heads.setdefault(index, enc["input_ids"][row])
-            rows_per_text[index] += 1
-        return [Encoded(list(heads[i]), rows_per_text[i] > 1) for i in range(len(texts))]
+        """Tokenize texts (with special tokens) in one call, cutting each at `max_length`."""
+        packed, truncated = self.encoder.encode(texts)
+        return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
 
     @torch.inference_mode()
-    def predict(self, batch: list[list[int]]) -> torch.Tensor:
-        """Probabilities (float32, CPU) for a batch of token-id lists, padded to a multiple of 8."""
+    def predict(self, batch: Sequence[Sequence[int] | npt.NDArray[np.int32]]) -> torch.Tensor:
+        """Probabilities (float32, CPU) for a batch of token-id rows (lists or arrays), padded
+        to a multiple of 8."""
         width = round_up(max(len(ids) for ids in batch))
-        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
         for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            input_ids[row, : len(ids)] = ids
             mask[row, : len(ids)] = 1
         logits = self.model(
-            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
+            input_ids=torch.from_numpy(input_ids).to(self.device),
+            attention_mask=torch.from_numpy(mask).to(self.device),
         ).logits
         probs: torch.Tensor = logits.float().softmax(dim=-1).cpu()
         if probs.shape != (len(batch), len(self.labels)):

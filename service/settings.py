@@ -19,7 +19,10 @@ class BatchConfig(BaseModel):
 
     max_batch_texts: int = Field(256, ge=1, le=4096, description="Texts per dynamic batch.")
     batch_wait_timeout_s: float = Field(
-        0.005, ge=0.0, le=1.0, description="How long the first text waits for company."
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="How long an idle model waits for company; 0: a lone text runs at once.",
     )
     max_batch_tokens: int = Field(
         16384, ge=8, description="Token budget of one dynamic batch (unpadded tokens)."
@@ -28,7 +31,9 @@ class BatchConfig(BaseModel):
         4096, ge=8, description="Padded-token budget of one forward pass (longest x count)."
     )
     max_pending_texts: int = Field(
-        2048, ge=1, description="Texts admitted but not yet answered; beyond this, 429."
+        2048,
+        ge=1,
+        description="Texts one ingress replica admits and has not answered; beyond this, 429.",
     )
     forward_overhead_tokens: int | None = Field(
         None,
@@ -70,12 +75,25 @@ class Settings(BaseSettings):
     metrics_refresh_s: float = Field(
         1.0, gt=0.0, description="How often gauges (GPU memory, pending texts) are re-published."
     )
+    haproxy: bool = Field(
+        True,
+        description="`serve` command: Ray's high-throughput ingress (HAProxy), not its Python "
+        "proxy. In a cluster the Ray nodes' environment decides (RAY_SERVE_ENABLE_HA_PROXY).",
+    )
+    access_log: bool = Field(
+        False, description="Ray's per-request access log lines (CPU on every request)."
+    )
     route_prefix: str = "/"
     app_name: str = "sentiment"
 
-    num_replicas: int = Field(1, ge=1)
-    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per replica; 1 in production.")
-    num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per replica.")
+    num_replicas: int = Field(1, ge=1, description="Model replicas (one per GPU).")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per model replica; 1 in production.")
+    num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per model replica.")
+    ingress_replicas: int = Field(1, ge=1, description="HTTP ingress replicas (scale with cores).")
+    ingress_num_cpus: float = Field(0.5, ge=0.0, description="CPUs reserved per ingress replica.")
+    ingress_calls_in_flight: int = Field(
+        2, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
+    )
     max_ongoing_requests: int = Field(
         1024, ge=1, description="Per replica; must exceed batch size or batches never fill."
     )

@@ -25,18 +25,19 @@ from ray import serve
 
 from tests.net import free_port
 
-DEPLOYMENT = "SentimentClassifier"
+DEPLOYMENTS = ("SentimentIngress", "SentimentModel")
 TEST_ARGS: dict[str, Any] = {
     "max_seq_len": 32,
     "max_texts_per_request": 8,
     "max_text_chars": 400,
     "max_body_bytes": 4096,
     "num_cpus": 0.25,
+    "ingress_num_cpus": 0.1,
     "metrics_refresh_s": 0.5,
 }
 TEST_BATCH: dict[str, Any] = {
     "max_batch_texts": 64,
-    "batch_wait_timeout_s": 0.005,
+    "batch_wait_timeout_s": 0.0,
     "max_batch_tokens": 1024,
     "micro_batch_tokens": 256,
     "max_pending_texts": 256,
@@ -77,7 +78,7 @@ class Cluster:
             "route_prefix": f"/{name}",
             "import_path": "service.deployment:build_app",
             "args": {"model_path": str(self.model_dir), **TEST_ARGS, **args},
-            "deployments": [{"name": DEPLOYMENT, "user_config": user_config}],
+            "deployments": [{"name": d, "user_config": user_config} for d in DEPLOYMENTS],
         }
         self.apply()
         app = Deployed(name, f"http://127.0.0.1:{self.http_port}/{name}")
@@ -142,7 +143,8 @@ def cluster(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         config_path=tmp_path_factory.mktemp("serve") / "config.yaml",
     )
     ray.init(
-        num_cpus=2,
+        # Logical CPUs: room for every test application's reservations at once.
+        num_cpus=8,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
         dashboard_port=c.dashboard_port,

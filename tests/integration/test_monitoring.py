@@ -50,11 +50,17 @@ def production_app(cluster: Cluster) -> dict[str, Any]:
     assert app["name"] == APP
     app["route_prefix"] = f"/{APP}"
     app["args"].update(TEST_ARGS, model_path=str(cluster.model_dir), device="cpu", dtype="auto")
-    app["args"]["num_gpus"] = 0
-    (deployment,) = app["deployments"]
-    deployment["ray_actor_options"] = {"num_gpus": 0, "num_cpus": TEST_ARGS["num_cpus"]}
-    # Small budgets so a burst overflows max_pending_texts and is answered 429.
-    deployment["user_config"] = {**TEST_BATCH, "max_pending_texts": 8, "batch_wait_timeout_s": 0.2}
+    app["args"].update(num_gpus=0, ingress_replicas=1)
+    batch = {**TEST_BATCH, "max_pending_texts": 8, "batch_wait_timeout_s": 0.2}
+    for deployment in app["deployments"]:
+        model = deployment["name"] == "SentimentModel"
+        cpus = TEST_ARGS["num_cpus"] if model else TEST_ARGS["ingress_num_cpus"]
+        deployment["ray_actor_options"] = {"num_gpus": 0, "num_cpus": cpus}
+        # Small budgets so a burst overflows max_pending_texts and is answered 429.
+        deployment["user_config"] = batch
+        # Production's autoscaling bounds (several ingress replicas per GPU) do not fit a CPU box.
+        deployment.pop("autoscaling_config", None)
+        deployment["num_replicas"] = 1
     app["args"]["max_texts_per_request"] = 8
     adapted: dict[str, Any] = app
     return adapted

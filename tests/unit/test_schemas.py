@@ -7,7 +7,7 @@ import json
 import pytest
 
 from service.errors import BadRequest, ServiceError, ValidationFailed
-from service.schemas import ClassifyRequestBase, parse_request, request_model
+from service.schemas import ClassifyRequestBase, parse_request, plain_texts, request_model
 
 
 @pytest.fixture
@@ -70,3 +70,50 @@ def test_limits_show_in_the_json_schema(model: type[ClassifyRequestBase]) -> Non
 def test_errors_are_service_errors(model: type[ClassifyRequestBase]) -> None:
     with pytest.raises(ServiceError):
         parse_request(b"[]", model)
+
+
+BODIES: list[object] = [
+    {"texts": ["a", "b"]},
+    {"text": "one"},
+    {"text": "很好 ça"},
+    {"texts": ["x" * 10]},
+    {"texts": []},
+    {"texts": ["ok", "   "]},
+    {"texts": [""]},
+    {"texts": ["a", "b", "c", "d"]},
+    {"texts": ["x" * 11]},
+    {"text": "x" * 11},
+    {"text": "\t\n"},
+    {"texts": [1]},
+    {"texts": "abc"},
+    {"text": None},
+    {"texts": None},
+    {"text": "a", "texts": None},
+    {"text": "a", "texts": ["b"]},
+    {},
+    {"lang": "en"},
+    [1, 2],
+    "text",
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_fast_check_accepts_only_what_the_model_accepts(
+    model: type[ClassifyRequestBase], body: object
+) -> None:
+    raw = json.dumps(body, ensure_ascii=False).encode()
+    texts = plain_texts(raw, max_texts=3, max_chars=10)
+    if texts is not None:
+        assert parse_request(raw, model).all_texts() == texts
+
+
+def test_fast_check_takes_the_ordinary_bodies() -> None:
+    for body in ({"texts": ["a", "b"]}, {"text": "one"}, {"text": "很好 ça"}):
+        assert plain_texts(json.dumps(body).encode(), 3, 10) is not None
+    assert plain_texts(b"\xff", 3, 10) is None
+    assert plain_texts(b"[" * 5000, 3, 10) is None
+
+
+def test_deeply_nested_json_is_a_400() -> None:
+    with pytest.raises(BadRequest, match="nested too deeply"):
+        parse_request(b"[" * 5000 + b"]" * 5000, request_model(3, 10))

@@ -1,0 +1,120 @@
+"""The ingress side of batching: many requests' texts become one call to the model replica.
+
+A handle call costs the same CPU for one text as for a hundred, so an ingress never sends one
+per request. Requests queue here; whenever fewer than `in_flight` calls are out, everything
+queued (up to `max_texts`) is tokenized in one tokenizer call, packed into arrays and sent as
+one call. Nothing waits on a timer: a lone request goes out at once, and under load the queue
+fills while earlier calls are out, so calls grow with the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from service.encoding import Packed, Scored, TextEncoder
+from service.errors import DeadlineExceeded
+
+ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's answer: a probability row and a truncation flag per text."""
+
+    probs: npt.NDArray[np.float32]
+    truncated: list[bool]
+
+
+@dataclass
+class _Waiting:
+    texts: list[str]
+    deadline: float  # time.monotonic()
+    future: asyncio.Future[Reply]
+
+
+class Coalescer:
+    """Sends queued requests' texts to the model in shared calls, `in_flight` at most."""
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        call: ModelCall,
+        max_texts: int,
+        in_flight: int,
+        observe: Callable[[int, float], None] = lambda texts, tokenize_s: None,
+    ) -> None:
+        self.encoder = encoder
+        self.call = call
+        self.max_texts = max_texts
+        self.in_flight = in_flight
+        self.observe = observe  # (texts in the call, seconds spent tokenizing)
+        self._queue: deque[_Waiting] = deque()
+        self._running = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, texts: list[str], deadline: float) -> asyncio.Future[Reply]:
+        """Queue a request's texts; the future fails with DeadlineExceeded when a text's
+        budget ran out in the model replica, or with the call's error."""
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Waiting(texts, deadline, future))
+        self._pump()
+        return future
+
+    def _pump(self) -> None:
+        while self._queue and self._running < self.in_flight:
+            batch = self._take()
+            if not batch:
+                return
+            self._running += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[_Waiting]:
+        """Queued requests up to `max_texts` texts (at least one request); gone ones dropped."""
+        batch: list[_Waiting] = []
+        texts = 0
+        while self._queue:
+            waiting = self._queue[0]
+            if waiting.future.done():  # the client left or the deadline passed
+                self._queue.popleft()
+                continue
+            if batch and texts + len(waiting.texts) > self.max_texts:
+                break
+            batch.append(self._queue.popleft())
+            texts += len(waiting.texts)
+        return batch
+
+    async def _send(self, batch: list[_Waiting]) -> None:
+        try:
+            t0 = time.monotonic()
+            packed, truncated = self.encoder.encode([t for w in batch for t in w.texts])
+            now = time.monotonic()
+            self.observe(len(packed), now - t0)
+            sizes = [len(w.texts) for w in batch]
+            budgets = np.repeat([w.deadline - now for w in batch], sizes).astype(np.float32)
+            probs, status = await self.call(packed, budgets)
+            start = 0
+            for w, n in zip(batch, sizes, strict=True):
+                end = start + n
+                if w.future.done():
+                    pass
+                elif status[start:end].any():
+                    w.future.set_exception(DeadlineExceeded("deadline passed while queued"))
+                else:
+                    w.future.set_result(Reply(probs[start:end], truncated[start:end]))
+                start = end
+        except Exception as exc:  # every request of the call must hear of it
+            for w in batch:
+                if not w.future.done():
+                    w.future.set_exception(exc)
+        finally:
+            self._running -= 1
+            self._pump()

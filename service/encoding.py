@@ -1,0 +1,86 @@
+"""Texts to packed token ids: one tokenizer call for many texts, one flat array for all ids.
+
+The ingress tokenizes every text of a handle call in one call of the Rust tokenizer (no
+per-text Python wrapper objects) and ships the ids as two arrays, so the model replica never
+touches per-text Python lists on the way in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+IdArray = npt.NDArray[np.int32]
+# A model call's answer: probabilities [texts, labels] and a status per text.
+Scored = tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]
+OK, EXPIRED = 0, 1  # statuses: computed; its time budget ran out before its batch
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Token ids of n texts: text i is `ids[offsets[i]:offsets[i + 1]]`."""
+
+    ids: IdArray
+    offsets: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Tokens per text."""
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> IdArray:
+        """The ids of text `i` (a view, not a copy)."""
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+
+def pack(rows: list[list[int]]) -> Packed:
+    """Pack id lists into one flat array with offsets."""
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(offsets[-1]))
+    return Packed(flat, offsets)
+
+
+def labels_of(model_dir: Path) -> list[str]:
+    """Label names in output order, from the model's config.json."""
+    id2label = json.loads((Path(model_dir) / "config.json").read_text())["id2label"]
+    return [str(id2label[str(i)]) for i in range(len(id2label))]
+
+
+def sequence_limit(model_dir: Path, max_length: int) -> int:
+    """Tokens per text: `max_length`, or fewer when the model has fewer positions."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return min(max_length, int(config.get("max_position_embeddings", max_length)))
+
+
+class TextEncoder:
+    """A model directory's tokenizer, cutting every text at `max_length` tokens."""
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length)
+
+    @classmethod
+    def load(cls, model_dir: Path, max_length: int) -> TextEncoder:
+        """The fast tokenizer of a HF model directory (converted from vocab.txt if needed)."""
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        # A copy: truncation set here must not leak into the HF tokenizer's own calls.
+        backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
+        return cls(backend, sequence_limit(model_dir, max_length))
+
+    def encode(self, texts: list[str]) -> tuple[Packed, list[bool]]:
+        """Ids of every text (special tokens included), and whether each was cut."""
+        encodings = self.tokenizer.encode_batch(texts)
+        packed = pack([e.ids for e in encodings])
+        return packed, [bool(e.overflowing) for e in encodings]

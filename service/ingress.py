@@ -1,0 +1,239 @@
+"""The HTTP ingress: every per-request cost lives here, in replicas that scale with CPU cores.
+
+`POST /v1/classify` is answered by a lean ASGI route (read under the size limit, a fast check
+of the ordinary body shape, admission, the coalescer, a JSON answer built from plain values);
+everything else (health, readiness, OpenAPI docs, unknown routes) goes to a FastAPI app.
+"""
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.coalescer import Coalescer, Reply
+from service.encoding import Packed, Scored, TextEncoder, labels_of
+from service.errors import (
+    DeadlineExceeded,
+    InternalError,
+    NotReady,
+    Overloaded,
+    ServiceError,
+    error_response,
+)
+from service.http import (
+    ERROR_RESPONSES,
+    ClientGone,
+    create_app,
+    document_request_body,
+    read_body,
+    route_path,
+    send_json,
+)
+from service.metrics import IngressMetrics
+from service.model import check_model_dir
+from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
+from service.settings import BatchConfig, Settings
+
+logger = logging.getLogger("ray.serve")
+CLASSIFY_PATH = "/v1/classify"
+MODEL_DEPLOYMENT = "SentimentModel"
+Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
+
+
+@serve.deployment(name="SentimentIngress")
+@serve.ingress()
+class SentimentIngress:
+    """Validates, tokenizes and admits requests; the model replica only sees packed ids."""
+
+    async def __init__(self, settings: dict[str, Any], model: DeploymentHandle[Any] | str) -> None:  # type: ignore[misc]  # Ray awaits an async constructor
+        """`model` is the model deployment bound into this application, or the name of the
+        application that runs it (`python -m service serve` runs the tiers as two)."""
+        self.settings = s = Settings.model_validate(settings)
+        check_model_dir(s.model_path)
+        if isinstance(model, str):
+            model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
+        self.model = model
+        self.name = s.model_name or s.model_path.name
+        self.labels = labels_of(s.model_path)
+        self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
+        self.batch = s.batch
+        self.metrics = IngressMetrics()
+        self.coalescer = Coalescer(
+            TextEncoder.load(s.model_path, s.max_seq_len),
+            self._call_model,
+            max_texts=s.batch.max_batch_texts,
+            in_flight=s.ingress_calls_in_flight,
+            observe=self._observe_call,
+        )
+        self.pending = 0
+        self.model_ready = False  # set once the model replica has answered
+        self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
+        self._stop = threading.Event()
+        threading.Thread(target=self._publish_gauges, name="gauges", daemon=True).start()
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """The ingress's share of the batch knobs: admission bound and texts per call."""
+        self.batch = BatchConfig.model_validate(user_config)
+        self.coalescer.max_texts = self.batch.max_batch_texts
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        """The lean classify route in front of a FastAPI app for everything else."""
+        api = self._fastapi()
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            if (
+                scope["type"] == "http"
+                and scope["method"] == "POST"
+                and route_path(scope) == CLASSIFY_PATH
+            ):
+                status, body, headers = await self.answer(scope, receive)
+                if status != 499:
+                    await send_json(send, status, body, headers)
+            else:
+                await api(scope, receive, send)
+
+        return app
+
+    def _fastapi(self) -> FastAPI:
+        api = create_app()
+
+        @api.get("/healthz")
+        async def healthz() -> dict[str, str]:
+            """Alive: the process answers."""
+            return {"status": "ok"}
+
+        @api.get("/readyz", responses={503: ERROR_RESPONSES[503]})
+        async def readyz() -> JSONResponse:
+            """Ready: a model replica has loaded and warmed its model, and answers."""
+            try:
+                info = await asyncio.wait_for(self._model_info(), 5.0)
+            except Exception:
+                return error_response(NotReady("model is loading or warming up"))
+            ingress = serve.get_replica_context().replica_tag
+            return JSONResponse({"status": "ready", **info, "ingress_replica": ingress})
+
+        @api.post(CLASSIFY_PATH, response_model=ClassifyResponse, responses=ERROR_RESPONSES)
+        async def classify(request: Request) -> Response:
+            """Label each text `positive`/`negative` (or the model's labels) with probabilities."""
+            status, body, headers = await self.answer(request.scope, request.receive)
+            return Response(body, status, headers, media_type="application/json")
+
+        document_request_body(api, CLASSIFY_PATH, self.request_model)
+        return api
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        """One classify request, start to end; never raises."""
+        start = time.monotonic()
+        status = 499  # stays so only if the client leaves
+        try:
+            answer = await self._classify(scope, receive, start)
+            status = 200
+            return answer
+        except ClientGone:
+            return 499, b"", {}
+        except ServiceError as exc:
+            status = exc.status
+            self.metrics.rejections.inc(tags={"reason": exc.reason})
+            return status, _json(exc.body()), exc.headers
+        except Exception:
+            status = 500
+            logger.exception("classify failed")
+            error = InternalError()
+            return 500, _json(error.body()), {}
+        finally:
+            self.metrics.request_latency.observe(time.monotonic() - start, {"status": str(status)})
+            self.metrics.requests.inc(tags={"status": str(status)})
+
+    async def _classify(self, scope: Scope, receive: Receive, start: float) -> Answer:
+        s = self.settings
+        raw = await read_body(scope, receive, s.max_body_bytes)
+        texts = plain_texts(raw, s.max_texts_per_request, s.max_text_chars)
+        if texts is None:  # unusual or invalid: full validation, with field-level details
+            texts = parse_request(raw, self.request_model).all_texts()
+        if not self.model_ready:
+            raise NotReady("model is loading or warming up")
+        n = len(texts)
+        if self.pending + n > self.batch.max_pending_texts:
+            raise Overloaded(
+                f"{self.pending} texts are waiting; the limit is {self.batch.max_pending_texts}",
+                s.retry_after_s,
+            )
+        self.pending += n
+        try:
+            timeout = s.request_timeout_s
+            future = self.coalescer.submit(texts, start + timeout)
+            timer = asyncio.get_running_loop().call_later(
+                max(0.0, start + timeout - time.monotonic()), _expire, future, timeout
+            )
+            try:
+                reply = await future
+            finally:
+                timer.cancel()
+        finally:
+            self.pending -= n
+        self.metrics.texts.inc(n)
+        if any(reply.truncated):
+            self.metrics.truncated.inc(sum(reply.truncated))
+        return 200, self._render(reply), {}
+
+    def _render(self, reply: Reply) -> bytes:
+        labels = self.labels
+        results = []
+        for probs, truncated in zip(reply.probs.tolist(), reply.truncated, strict=True):
+            best = max(range(len(labels)), key=probs.__getitem__)
+            results.append(
+                {
+                    "label": labels[best],
+                    "score": probs[best],
+                    "probabilities": dict(zip(labels, probs, strict=True)),
+                    "truncated": truncated,
+                }
+            )
+        return _json({"model": self.name, "results": results})
+
+    async def _call_model(self, packed: Packed, budgets: Any) -> Scored:
+        scored: Scored = await self.model.infer.remote(packed, budgets)
+        return scored
+
+    async def _model_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await self.model.info.remote()
+        return info
+
+    async def _wait_for_model(self) -> None:
+        """Admit requests only once a model replica answers (it loads and warms up first)."""
+        while not self.model_ready:
+            try:
+                await asyncio.wait_for(self._model_info(), 10.0)
+                self.model_ready = True
+            except Exception:
+                await asyncio.sleep(0.5)
+
+    def _observe_call(self, texts: int, tokenize_s: float) -> None:
+        self.metrics.call_texts.observe(texts)
+        self.metrics.tokenize.observe(tokenize_s)
+
+    def _publish_gauges(self) -> None:
+        # Ray forgets a gauge that is not set again within two export intervals.
+        while not self._stop.wait(self.settings.metrics_refresh_s):
+            self.metrics.pending_texts.set(self.pending)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_stop"):
+            self._stop.set()
+
+
+def _expire(future: asyncio.Future[Reply], timeout: float) -> None:
+    if not future.done():
+        future.set_exception(DeadlineExceeded(f"not answered within the {timeout:g}s deadline"))
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,73 @@
+"""The two-tier path: ingress replicas coalesce requests into calls to one model replica.
+
+Proven from the exported metrics: the ingress's `call_texts` histogram (by replica) and the
+model replica's `batch_texts` histogram.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.model import SentimentModel
+from tests.integration.conftest import Cluster
+from tests.integration.load import burst
+
+pytestmark = pytest.mark.integration
+CALLS = "ray_sentiment_call_texts"
+BATCHES = "ray_sentiment_batch_texts"
+
+
+def calls_by_replica(cluster: Cluster, app: str) -> dict[str, float]:
+    """Model calls sent by each ingress replica of `app`."""
+    return {
+        labels["replica"]: value
+        for labels, value in cluster.scrape().get(f"{CALLS}_count", [])
+        if labels.get("application") == app and value > 0
+    }
+
+
+def test_texts_from_several_ingress_replicas_share_one_model_batch(
+    cluster: Cluster, tiny_model_dir: Path
+) -> None:
+    # An idle model waits 1 s for company, and each ingress may keep every request's call in
+    # flight at once: all calls of the burst join the first batch.
+    app = cluster.deploy(
+        "tiers",
+        batch={"batch_wait_timeout_s": 1.0},
+        ingress_replicas=2,
+        ingress_calls_in_flight=16,
+    )
+    bodies: list[object] = [{"text": f"review number {i}, arrived fast"} for i in range(16)]
+    responses = burst(app, bodies)
+    assert [r.status_code for r in responses] == [200] * 16
+
+    cluster.wait_for(lambda: cluster.metric("ray_sentiment_texts_total", application="tiers") == 16)
+    cluster.wait_for(lambda: cluster.metric(f"{BATCHES}_count", application="tiers") >= 1)
+    senders = calls_by_replica(cluster, "tiers")
+    assert len(senders) == 2, f"calls came from {sorted(senders)}, not from both ingress replicas"
+    assert cluster.metric(f"{BATCHES}_count", application="tiers") == 1
+    assert cluster.metric(f"{BATCHES}_bucket", application="tiers", le="8.0") == 0
+
+    # Coalesced or not, each answer is the model's own, in order.
+    local = SentimentModel.load(tiny_model_dir, device="cpu", max_length=32)
+    expected = local.classify([body["text"] for body in bodies])  # type: ignore[index]
+    for response, probs in zip(responses, expected, strict=True):
+        [result] = response.json()["results"]
+        assert result["probabilities"] == pytest.approx(probs, abs=1e-5)
+
+
+def test_bad_requests_never_reach_the_model_replica(cluster: Cluster) -> None:
+    app = cluster.deploy("gate")
+    bad: list[object] = [{"texts": []}, {"text": "   "}, {"texts": ["ok", 3]}, {"txt": "ok"}]
+    assert [r.status_code for r in burst(app, bad)] == [422] * len(bad)
+    assert app.classify({"text": "fine"}).status_code == 200
+    cluster.wait_for(lambda: cluster.metric(f"{BATCHES}_count", application="gate") == 1)
+    # One call and one batch, holding the one valid text; the model saw nothing else.
+    assert cluster.metric(f"{CALLS}_count", application="gate") == 1
+    assert cluster.metric(f"{CALLS}_bucket", application="gate", le="1.0") == 1
+    assert cluster.metric("ray_sentiment_queue_wait_seconds_count", application="gate") == 1
+    cluster.wait_for(
+        lambda: cluster.metric("ray_sentiment_rejections_total", application="gate") == len(bad)
+    )

@@ -1,0 +1,123 @@
+"""The ingress coalescer on a plain event loop, with a real tokenizer and a fake model call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.coalescer import Coalescer
+from service.encoding import EXPIRED, Packed, Scored, TextEncoder
+from service.errors import DeadlineExceeded
+
+
+class FakeModel:
+    """Answers each text with [len, 1 - len] after a pause; records every call."""
+
+    def __init__(self, pause_s: float = 0.05, expire: set[int] | None = None) -> None:
+        self.pause_s = pause_s
+        self.expire = expire or set()  # call numbers whose first text reports EXPIRED
+        self.calls: list[int] = []
+
+    async def __call__(self, packed: Packed, budgets: np.ndarray) -> Scored:
+        self.calls.append(len(packed))
+        assert len(budgets) == len(packed) and (budgets > 0).all()
+        await asyncio.sleep(self.pause_s)
+        lengths = packed.lengths().astype(np.float32)
+        probs = np.stack([lengths, 1 - lengths], axis=1)
+        status = np.zeros(len(packed), dtype=np.uint8)
+        if len(self.calls) in self.expire:
+            status[0] = EXPIRED
+        return probs, status
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir: Path) -> TextEncoder:
+    return TextEncoder.load(tiny_model_dir, 32)
+
+
+def test_concurrent_requests_share_calls_and_get_their_own_rows(encoder: TextEncoder) -> None:
+    model = FakeModel()
+
+    async def main() -> list[np.ndarray]:
+        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        texts = [["ok"], ["great phone", "bad"], ["fine " * 5]]
+        futures = [coalescer.submit(t, deadline) for t in texts]
+        return [(await f).probs for f in futures]
+
+    first, second, third = asyncio.run(main())
+    assert model.calls == [1, 3]  # the first went alone; the rest waited and went together
+    expected = encoder.encode(["ok", "great phone", "bad", "fine " * 5])[0].lengths()
+    assert first[:, 0].tolist() == [expected[0]]
+    assert second[:, 0].tolist() == list(expected[1:3])
+    assert third[:, 0].tolist() == [expected[3]]
+
+
+def test_calls_respect_the_text_limit(encoder: TextEncoder) -> None:
+    model = FakeModel()
+
+    async def main() -> None:
+        coalescer = Coalescer(encoder, model, max_texts=3, in_flight=1)
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit([f"text {i}", "b"], deadline) for i in range(4)]
+        await asyncio.gather(*futures)
+
+    asyncio.run(main())
+    assert model.calls == [2, 2, 2, 2]  # two requests of two texts never fit in three
+
+
+def test_an_expired_text_fails_only_its_own_request(encoder: TextEncoder) -> None:
+    model = FakeModel(expire={2})
+
+    async def main() -> list[object]:
+        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit([t], deadline) for t in ("a", "b", "c")]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second, third = asyncio.run(main())
+    assert not isinstance(first, Exception) and not isinstance(third, Exception)
+    assert isinstance(second, DeadlineExceeded)
+
+
+def test_a_failed_call_fails_its_requests_and_the_next_call_still_runs(
+    encoder: TextEncoder,
+) -> None:
+    calls = 0
+
+    async def flaky(packed: Packed, budgets: np.ndarray) -> Scored:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.02)
+        if calls == 1:
+            raise RuntimeError("model replica died")
+        return np.zeros((len(packed), 2), np.float32), np.zeros(len(packed), np.uint8)
+
+    async def main() -> list[object]:
+        coalescer = Coalescer(encoder, flaky, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit([t], deadline) for t in ("a", "b")]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second = asyncio.run(main())
+    assert isinstance(first, RuntimeError) and not isinstance(second, Exception)
+
+
+def test_requests_gone_before_their_call_are_not_sent(encoder: TextEncoder) -> None:
+    model = FakeModel()
+
+    async def main() -> None:
+        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        first = coalescer.submit(["a"], deadline)
+        gone = coalescer.submit(["b", "c"], deadline)
+        gone.cancel()  # the client left while the first call was out
+        await first
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert model.calls == [1]
