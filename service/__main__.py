@@ -14,7 +14,8 @@ from service.settings import Settings
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("model_path", "host", "port", "metrics_port", "num_replicas", "device", "dtype")
+    keys = ["model_path", "host", "port", "metrics_port", "num_replicas", "ingress_replicas"]
+    keys += ["device", "dtype"]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
@@ -58,10 +59,14 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
+    from service import lifecycle
+
+    if settings.haproxy:
+        lifecycle.use_haproxy()  # read by Ray at import time, here and in its workers
     import ray
     from ray import serve
 
-    from service.deployment import application
+    from service.deployment import model_app_name, tiers
 
     settings = settings.model_copy(update={"model_path": settings.model_path.resolve()})
     # Ray renices its workers to 15 so its own daemons stay responsive; for a service that is
@@ -80,8 +85,11 @@ def serve_forever(settings: Settings, address: str | None) -> int:
             address="local", include_dashboard=False, _metrics_export_port=settings.metrics_port
         )
     serve.start(http_options={"host": settings.host, "port": settings.port})
-    serve.run(application(settings), name=settings.app_name, route_prefix=settings.route_prefix)
+    model_app, ingress_app = tiers(settings)
+    serve.run(model_app, name=model_app_name(settings), route_prefix=None)
+    serve.run(ingress_app, name=settings.app_name, route_prefix=settings.route_prefix)
     base = f"http://{settings.host}:{settings.port}"
+    ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
     print(
         f"\nSentiment service is up with model {settings.model_path.name!r}:\n"
         f'  classify  POST {base}/v1/classify   body {{"texts": ["..."]}}\n'
@@ -89,6 +97,8 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         f"  health    {base}/healthz  {base}/readyz\n"
         f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics"
         "  (ray_serve_* and ray_sentiment_*)\n"
+        f"  ingress   {ingress}, {settings.ingress_replicas} ingress replica(s) in front of "
+        f"{settings.num_replicas} model replica(s)\n"
         "Ctrl-C stops it; requests in flight finish first.",
         flush=True,
     )
@@ -97,11 +107,19 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print("shutting down: draining requests in flight ...", flush=True)
-    # Deleting the app first lets replicas finish their requests while the proxy still
-    # carries the answers back; serve.shutdown() alone tears the proxy down with them.
+    # The ingress application drains first (no new requests reach it, those in flight finish)
+    # while the model still answers its calls; then the model. Stopping both at once would
+    # leave texts queued in an ingress with no model to call, and serve.shutdown() alone
+    # tears the HTTP front down with them.
     serve.delete(settings.app_name)
+    serve.delete(model_app_name(settings))
     serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
+    # A reloaded HAProxy can outlive Ray and keep the port; the next start could not bind it.
+    leftovers = lifecycle.stop_listeners(settings.port)
+    if leftovers:
+        print(f"stopped HAProxy processes left holding port {settings.port}: {leftovers}")
+    print("stopped", flush=True)
     return 0
 
 
@@ -114,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
     run.add_argument("--port", type=int, help="HTTP port (default 8000)")
     run.add_argument("--metrics-port", type=int, help="Ray metrics export port (default 8080)")
-    run.add_argument("--num-replicas", type=int, help="replicas (one per GPU on GPU nodes)")
+    run.add_argument("--num-replicas", type=int, help="model replicas (one per GPU)")
+    run.add_argument("--ingress-replicas", type=int, help="HTTP ingress replicas (CPU)")
     run.add_argument("--device", help="auto, cpu or cuda")
     run.add_argument("--address", help="join a running Ray cluster instead of starting one")
     probe = sub.add_parser("probe", help="peak memory and speed per batch x length")

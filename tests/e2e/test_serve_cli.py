@@ -1,10 +1,12 @@
-"""`python -m service serve` (what `make serve` runs) as a real process: it serves, exports
-metrics, and on SIGTERM finishes the requests in flight before exiting."""
+"""`python -m service serve` (what `make serve` runs) as a real process: it serves behind
+HAProxy (Ray's high-throughput ingress, the default), exports metrics, on SIGTERM finishes the
+requests in flight before exiting, and leaves its port free."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from service.lifecycle import listeners
 from tests.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -43,6 +46,9 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         "SENTIMENT_BATCH__MICRO_BATCH_TOKENS": "256",
         "SENTIMENT_BATCH__BATCH_WAIT_TIMEOUT_S": "1.0",  # keeps requests in flight for SIGTERM
         "RAY_metrics_report_interval_ms": "1000",
+        # HAProxy's own stats and metrics listeners default to fixed ports (8404, 9101).
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
     }
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
@@ -81,3 +87,11 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         log.close()
     output = (tmp_path / "serve.log").read_text()
     assert "Sentiment service is up" in output and f"{base}/docs" in output
+    assert "HAProxy" in output, "the default ingress is Ray's high-throughput mode"
+    # Stopped means stopped: nothing (HAProxy included) still listens, and a new server can
+    # bind the port (as servers do, with SO_REUSEADDR: closed connections linger in TIME_WAIT).
+    assert listeners(port) == {}
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()

@@ -1,0 +1,80 @@
+"""Starting Ray Serve in its high-throughput mode, and making sure stopping it frees the port.
+
+Ray reads its HAProxy switches from the environment when its modules are imported, in the
+driver and in every worker it starts, so they are set before `import ray`. The HAProxy
+process Ray starts can outlive `ray.shutdown()` (a reloaded one is re-parented and keeps the
+listening socket), so `stop_listeners` ends whatever HAProxy still holds the service's port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+HAPROXY_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",  # HAProxy on the HTTP port, in front of the ingress
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",  # direct ingress, user code on the replica's loop
+}
+# Local runs: a stopping ingress replica waits this long for HAProxy to stop sending it
+# requests (Ray's default, 30 s, suits a cluster's load balancers, not one machine).
+LOCAL_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+
+
+def use_haproxy(local: bool = True) -> None:
+    """Switch the Ray about to start to HAProxy ingress (values already set are kept)."""
+    for key, value in {**HAPROXY_ENV, **(LOCAL_ENV if local else {})}.items():
+        os.environ.setdefault(key, value)
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(inode)
+    return inodes
+
+
+def listeners(port: int) -> dict[int, str]:
+    """Processes holding a listening socket on `port`: pid -> command name."""
+    inodes = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    found: dict[int, str] = {}
+    if not inodes:
+        return found
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in fds):
+                found[int(pid)] = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def stop_listeners(port: int, name: str = "haproxy", timeout_s: float = 10.0) -> list[int]:
+    """End the `name` processes still listening on `port` (TERM, then KILL); their pids."""
+    stopped: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    sig = signal.SIGTERM
+    while True:
+        pids = [pid for pid, comm in listeners(port).items() if comm == name]
+        if not pids or time.monotonic() > deadline:
+            return stopped
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            if pid not in stopped:
+                stopped.append(pid)
+        time.sleep(0.2)
+        if time.monotonic() > deadline - timeout_s / 2:
+            sig = signal.SIGKILL  # half the time gone: it ignores TERM while draining

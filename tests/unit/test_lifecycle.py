@@ -1,0 +1,64 @@
+"""Finding and ending what still listens on the service's port, on real sockets and processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from service.lifecycle import HAPROXY_ENV, listeners, stop_listeners, use_haproxy
+from tests.net import free_port
+
+SERVER = """
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print("listening", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_listening_socket_is_found_and_forgotten_once_closed() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        assert os.getpid() in listeners(port)
+    assert listeners(port) == {}
+
+
+def test_stop_listeners_ends_only_the_named_process_on_that_port(tmp_path: Path) -> None:
+    port, other = free_port(), free_port()
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(p)], stdout=subprocess.PIPE, text=True)
+        for p in (port, other)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+        name = Path(f"/proc/{procs[0].pid}/comm").read_text().strip()
+        assert stop_listeners(port, name="not-" + name) == []  # another name: left alone
+        assert stop_listeners(port, name=name) == [procs[0].pid]
+        assert procs[0].wait(timeout=10) != 0
+        assert listeners(port) == {}
+        time.sleep(0.2)
+        assert procs[1].poll() is None, "a process on another port was ended"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_use_haproxy_keeps_values_already_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in HAPROXY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "7")
+    use_haproxy()
+    assert all(os.environ[key] == "1" for key in HAPROXY_ENV)
+    assert os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "7"
