@@ -29,6 +29,7 @@ help:
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
+	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline"
 
 $(STAMP): pyproject.toml
@@ -63,6 +64,9 @@ probe: default-model
 
 # Against a service that is already running (make serve, or LOADTEST_HOST=http://...).
 loadtest: $(STAMP)
+bench-overhead: default-model
+	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
+
 	$(VENV)/bin/locust -f loadtest/locustfile.py --headless --host $(LOADTEST_HOST) \
 		--shape $(LOADTEST_SHAPE) --out $(LOADTEST_OUT) --metrics-url "$(LOADTEST_METRICS_URL)" \
 		--csv $(LOADTEST_OUT)/locust --csv-full-history --html $(LOADTEST_OUT)/report.html $(LOADTEST_ARGS)

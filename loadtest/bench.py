@@ -3,7 +3,8 @@
 Measures, on one machine and the same texts:
   limit    the model in-process, all texts known up front, length-sorted micro-batches;
   service  the real service over HTTP at several concurrencies, single- and multi-text;
-  naive    the same model behind a one-request-one-forward Ray Serve endpoint.
+  naive    the same model behind a one-request-one-forward Ray Serve endpoint;
+  overhead a tiny random model served the same way: server CPU per request, by process.
 Figures are ratios inside the run, because the machine is shared and absolute speed drifts.
 Writes bench.json, bench.md and bench.png into --out.
 """
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import corpus
+from loadtest import corpus, overhead, serving
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 from loadtest.report import hardware, write_reports
 
@@ -85,15 +86,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     texts = corpus.load(args.corpus, args.texts or plan.texts)
+    common = {
+        "hardware": hardware(),
+        "ingress": args.ingress,
+        "ingress_replicas": args.ingress_replicas,
+    }
+    if args.overhead_only:
+        return {**common, "overhead": _overhead(args, texts), "created": _now()}
     model_path = args.model_path
     if args.synthetic_bert_base:
         model_path = _synthetic_bert_base(args.model_path, Path(tempfile.mkdtemp()) / "bert-base")
 
     print(f"limit: in-process, {len(texts)} texts, budgets {plan.budgets} ...", flush=True)
-    from loadtest.limit import measure
+    from loadtest.limit import measure, single_text_ms
 
     model = SentimentModel.load(model_path, device=args.device, dtype=args.dtype)
     limit = measure(model, texts, plan.budgets)
+    single_ms = single_text_ms(model, texts)
     on_gpu = model.device.type == "cuda"
     limit_peak = torch.cuda.max_memory_allocated(model.device) if on_gpu else 0
     info = {
@@ -113,16 +122,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
     )
     return {
-        "hardware": hardware(),
+        **common,
         "model": info,
         "plan": asdict(plan),
         "threads": threads,
         "service_micro_batch_tokens": budget,
-        "limit": {**asdict(limit), "gpu_peak_bytes": limit_peak},
+        "limit": {
+            **asdict(limit),
+            "gpu_peak_bytes": limit_peak,
+            "single_text_p50_ms": round(single_ms, 2),
+        },
         "runs": service_runs + naive_runs,
         "half_load": half,
-        "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "overhead": _overhead(args, texts),
+        "created": _now(),
     }
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
+    """The tiny-model overhead section, in a Ray of its own (nothing else deployed)."""
+    plan = overhead.QUICK if args.quick else overhead.FULL
+    print(f"overhead: tiny model, clients {plan.levels}, {plan.seconds} s each ...", flush=True)
+    return overhead.run(
+        args.model_path, texts, plan, args.ingress, args.ingress_replicas, args.device, args.dtype
+    )
 
 
 async def _serve_and_measure(
@@ -134,11 +161,11 @@ async def _serve_and_measure(
     budget: int,
     on_gpu: bool,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    from loadtest import serving
-
-    ingress = serving.pick_ingress(args.ingress)
-    print(f"service and naive app behind {ingress} ingress", flush=True)
-    apps = serving.local_apps(model_path, threads, budget, on_gpu, args.device, args.dtype, ingress)
+    ingress, replicas = args.ingress, args.ingress_replicas
+    print(f"service ({replicas} ingress replicas) and naive app behind {ingress}", flush=True)
+    apps = serving.local_apps(
+        model_path, threads, budget, on_gpu, args.device, args.dtype, ingress, replicas
+    )
     with apps as urls:
         service_runs: list[dict[str, Any]] = []
         naive_runs: list[dict[str, Any]] = []
@@ -177,9 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-tokens", type=int, help="service budget (default: best)")
     parser.add_argument(
         "--ingress",
-        choices=("auto", "proxy", "haproxy"),
-        default="auto",
-        help="Ray's Python proxy, or HAProxy with direct ingress (auto: HAProxy if installed)",
+        choices=serving.INGRESSES,
+        default="haproxy",
+        help="HAProxy with direct ingress (Ray Serve's high-throughput mode), or Ray's proxy",
+    )
+    parser.add_argument(
+        "--ingress-replicas",
+        type=int,
+        default=serving.default_ingress_replicas(),
+        help="HTTP ingress replicas (default: one per core the model replica leaves free)",
+    )
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="only the tiny-model overhead run"
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
@@ -189,13 +225,16 @@ def main(argv: list[str] | None = None) -> int:
         help="time a BERT-base-sized random model with the model's tokenizer (GPU sizing)",
     )
     args = parser.parse_args(argv)
+    if args.ingress_replicas < 1:
+        parser.error("--ingress-replicas must be at least 1")
     if not (args.model_path / "config.json").is_file():
         print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
         return 2
     results = run(args)
     table = write_reports(results, args.out)
     print("\n" + table)
-    print(f"wrote {args.out}/bench.json, bench.md and bench.png")
+    plot = "" if args.overhead_only else " and bench.png"
+    print(f"wrote {args.out}/bench.json, bench.md{plot}")
     return 0
 
 

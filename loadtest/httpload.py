@@ -67,9 +67,11 @@ async def _post(
         result.errors += 1
 
 
-def _session(concurrency: int, timeout_s: float) -> aiohttp.ClientSession:
+def _session(connections: int, timeout_s: float) -> aiohttp.ClientSession:
+    """Keep-alive connections, at most `connections` (0: no cap). aiohttp's default cap is
+    100, which would quietly turn 256 clients into 100."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=concurrency),
+        connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
         timeout=aiohttp.ClientTimeout(total=timeout_s),
     )
 
@@ -110,10 +112,12 @@ async def open_loop(
     payloads: list[tuple[bytes, int]],
     rate_per_s: float,
     duration_s: float,
+    max_requests: int = 100_000,
     seed: int = 0,
     timeout_s: float = 30.0,
 ) -> RunResult:
-    """Poisson arrivals at `rate_per_s` requests per second for `duration_s` (latency under load).
+    """Poisson arrivals at `rate_per_s` requests per second for `duration_s` (latency under load),
+    at most `max_requests` of them.
 
     Unlike a closed loop, a slow server does not slow the arrivals, so queueing shows up in
     the latencies the way it does in production.
@@ -121,10 +125,10 @@ async def open_loop(
     rng = random.Random(seed)
     result = RunResult()
     tasks: list[asyncio.Task[None]] = []
-    async with _session(10_000, timeout_s) as session:
+    async with _session(0, timeout_s) as session:
         t0 = time.perf_counter()
         next_at, i = 0.0, 0
-        while next_at < duration_s:
+        while next_at < duration_s and i < max_requests:
             delay = t0 + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

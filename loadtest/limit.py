@@ -37,3 +37,16 @@ def measure(model: SentimentModel, texts: list[str], budgets: list[int], repeats
     by_budget = {b: max(run_once(model, texts, b) for _ in range(repeats)) for b in budgets}
     best = max(by_budget, key=by_budget.__getitem__)
     return Limit(by_budget[best], best, by_budget)
+
+
+def single_text_ms(model: SentimentModel, texts: list[str], count: int = 64) -> float:
+    """Median milliseconds to encode and forward one text alone, in this process: what a lone
+    request would cost with no serving around it (the idle-penalty baseline)."""
+    model.predict([model.encode(texts[:1])[0].ids])  # warm
+    times = []
+    for text in texts[:count]:
+        t0 = time.perf_counter()
+        model.predict([model.encode([text])[0].ids])
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2] * 1000

