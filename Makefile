@@ -16,21 +16,26 @@ LOADTEST_OUT ?= results/loadtest
 LOADTEST_ARGS ?=
 BENCH_OUT ?= results/bench
 BENCH_ARGS ?=
+GPU_BUNDLE ?= .gpu-bundle
+GPU_BENCH_OUT ?= results/gpu-bench
+GPU_BENCH_ARGS ?=
 PY_DIRS := service training loadtest tests k8s
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
-	bench loadtest capacity probe k8s-check prometheus-tools clean
+	bench bench-overhead loadtest capacity probe k8s-check prometheus-tools clean gpu-bundle gpu-bench
 
 help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
 	@echo "make test       lint, type-check and run every test"
 	@echo "make model      build the default model into $(MODEL_DIR)"
 	@echo "make bench      in-process limit vs service vs naive endpoint -> $(BENCH_OUT)"
+	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
-	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline"
+	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
+	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,14 +64,14 @@ default-model: $(STAMP)
 bench: default-model
 	$(PY) -m loadtest.bench --model-path $(MODEL_DIR) --out $(BENCH_OUT) $(BENCH_ARGS)
 
+bench-overhead: default-model
+	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
+
 probe: default-model
 	$(PY) -m service probe --model-path $(MODEL_DIR)
 
 # Against a service that is already running (make serve, or LOADTEST_HOST=http://...).
 loadtest: $(STAMP)
-bench-overhead: default-model
-	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
-
 	$(VENV)/bin/locust -f loadtest/locustfile.py --headless --host $(LOADTEST_HOST) \
 		--shape $(LOADTEST_SHAPE) --out $(LOADTEST_OUT) --metrics-url "$(LOADTEST_METRICS_URL)" \
 		--csv $(LOADTEST_OUT)/locust --csv-full-history --html $(LOADTEST_OUT)/report.html $(LOADTEST_ARGS)
@@ -92,6 +97,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy service training loadtest k8s/check.py
 
+# Tests run in a private network namespace where the machine allows one (root, or user
+# namespaces): Ray's HAProxy binds its stats and metrics listeners on every interface, and in
+# there the only interface is loopback. Elsewhere they run as they are.
+ISOLATE = $(shell for u in "unshare -n" "unshare -rn"; do \
+	$$u sh -c 'ip link set lo up' 2>/dev/null && { echo "$$u sh -c 'ip link set lo up && exec \"\$$@\"' sh"; break; }; done)
+
 test: lint typecheck prometheus-tools
 	$(ISOLATE) $(PY) -m pytest
 
@@ -101,11 +112,14 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
 
-# Tests run in a private network namespace where the machine allows one (root, or user
-# namespaces): Ray's HAProxy binds its stats and metrics listeners on every interface, and in
-# there the only interface is loopback. Elsewhere they run as they are.
-ISOLATE = $(shell for u in "unshare -n" "unshare -rn"; do \
-	$$u sh -c 'ip link set lo up' 2>/dev/null && { echo "$$u sh -c 'ip link set lo up && exec \"\$$@\"' sh"; break; }; done)
+# Here (venv and a package index): the wheels a GPU machine lacks, packed for carrying.
+gpu-bundle: $(STAMP)
+	$(PY) -m loadtest.gpubundle build --bundle $(GPU_BUNDLE)
+	@du -h $(GPU_BUNDLE)/site.tar.xz
+
+# There: the machine's own python3 (torch with CUDA), no venv, no network; under 8 minutes.
+gpu-bench:
+	$(PYTHON) -m loadtest.gpubench --bundle $(GPU_BUNDLE) --out $(GPU_BENCH_OUT) $(GPU_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

