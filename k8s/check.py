@@ -10,8 +10,9 @@ kustomize it uses), then checks:
 - the PrometheusRule's groups and every dashboard query with `promtool check rules`;
 - serveConfigV2 with Ray Serve's own config schema, no unknown keys, `args` and `user_config`
   with the service's settings, and the import path importing and building;
-- names and numbers that must agree across objects (labels and selectors, ports, GPUs per
-  replica, autoscaling bounds, images, Ray version, model path);
+- names and numbers that must agree across objects (labels and selectors, ports, the GPU on
+  the model deployment only, autoscaling bounds, CPUs per pod, Ray's high-throughput ingress
+  on every Ray node, images, Ray version, model path);
 - the Dockerfile with hadolint and against pyproject.toml;
 - k8s/loadtest-configmap.yaml against loadtest/ (`--sync` rewrites it).
 
@@ -70,6 +71,12 @@ KUSTOMIZATION_KEYS = {
     "configMapGenerator",
     "images",
 }
+# The two deployments of the Serve application: HTTP ingress replicas (CPU) in front of the
+# model replicas (one per GPU).
+INGRESS_DEPLOYMENT = "SentimentIngress"
+MODEL_DEPLOYMENT = "SentimentModel"
+# Ray Serve's high-throughput ingress; every Ray node must start with the same values.
+HIGH_THROUGHPUT_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
 # Grafana variables, replaced by a concrete value so each query is plain PromQL.
 DASHBOARD_VARIABLES = {
     "$__rate_interval": "1m",
@@ -482,14 +489,30 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
         # Settings ignores unknown names (it also reads the environment), so check here.
         report.fail("serve-config", f"{where}: args key {key!r} is not a service setting")
     deployments = app.get("deployments", [])
-    user_config = next((d.get("user_config") for d in deployments if "user_config" in d), None)
+    configs = [d["user_config"] for d in deployments if "user_config" in d]
+    if any(c != configs[0] for c in configs):
+        # Both deployments read the same batch knobs (admission on the ingress, batching on
+        # the model); two different dicts would configure half of each.
+        report.fail("serve-config", f"{where}: the deployments' user_config differ")
     try:
-        if user_config is not None:
-            BatchConfig.model_validate(user_config)
-        Settings.model_validate({**args, **({"batch": user_config} if user_config else {})})
-        builder(args)
+        for config in configs:
+            BatchConfig.model_validate(config)
+            Settings.model_validate({**args, "batch": config})
+        built = builder(args)
     except Exception as exc:
         report.fail("serve-config", f"{where}: settings rejected: {exc}")
+        return
+    from ray.serve._private.build_app import build_app
+
+    names = {d.name for d in build_app(built, name=str(app.get("name"))).deployments}
+    for dep in deployments:
+        if dep.get("name") not in names:
+            # Ray refuses to deploy a config that names a deployment the app does not have.
+            report.fail(
+                "serve-config",
+                f"{where}: deployment {dep.get('name')!r} is not in the application "
+                f"({', '.join(sorted(names))})",
+            )
 
 
 # --------------------------------------------------------------------------- consistency
@@ -548,6 +571,11 @@ def check_consistency(docs: list[Doc], config: Doc | None, report: Report) -> No
         c = _containers(template)[0]
         if _port(c, "metrics") != 8080:
             report.fail("consistency", f"{where}: container port 'metrics' must be 8080")
+        env = _env(c)
+        for name, value in HIGH_THROUGHPUT_ENV.items():
+            if env.get(name) != value:
+                # The controller (head) and every replica (workers) read it at start-up.
+                report.fail("consistency", f"{where}: env {name} must be {value!r} on every node")
         res = c.get("resources", {})
         if not res.get("requests") or not res.get("limits"):
             report.fail("consistency", f"{where}: resource requests and limits are required")
@@ -591,28 +619,113 @@ def _check_serve_vs_cluster(
         report.fail("consistency", f"GPU worker: container port 'serve' must be {port}")
     for app in config.get("applications", []):
         args = app.get("args", {}) or {}
-        for dep in app.get("deployments", []):
-            where = f"deployment {dep.get('name')}"
-            actor_gpus = dep.get("ray_actor_options", {}).get("num_gpus", args.get("num_gpus"))
-            if actor_gpus is None or float(actor_gpus) != 1.0 or gpus != 1.0:
-                report.fail(
-                    "consistency",
-                    f"{where}: num_gpus per replica ({actor_gpus}) and nvidia.com/gpu per "
-                    f"worker pod ({gpus:g}) must both be 1: one FP16 replica per A100",
-                )
-            if "num_gpus" in args and float(args["num_gpus"]) != float(actor_gpus or 0):
-                report.fail("consistency", f"{where}: args num_gpus differs from ray_actor_options")
-            auto = dep.get("autoscaling_config")
-            if auto is None:
-                report.fail("consistency", f"{where}: no autoscaling_config")
-                continue
-            for mine, theirs in (("min_replicas", "minReplicas"), ("max_replicas", "maxReplicas")):
-                if auto.get(mine) != group.get(theirs):
+        deps = {d.get("name"): d for d in app.get("deployments", [])}
+        missing = [n for n in (INGRESS_DEPLOYMENT, MODEL_DEPLOYMENT) if n not in deps]
+        if missing:
+            report.fail(
+                "consistency", f"application {app.get('name')}: no deployment {missing} in config"
+            )
+        for name, dep in deps.items():
+            if name == MODEL_DEPLOYMENT:
+                _check_model(dep, args, group, gpus, report)
+            else:
+                actor_gpus = dep.get("ray_actor_options", {}).get("num_gpus", 0)
+                if float(actor_gpus or 0) != 0:
                     report.fail(
                         "consistency",
-                        f"{where}: autoscaling_config.{mine} ({auto.get(mine)}) must equal the "
-                        f"worker group's {theirs} ({group.get(theirs)}): one replica per pod",
+                        f"deployment {name}: num_gpus {actor_gpus}: only {MODEL_DEPLOYMENT} "
+                        "uses the GPU (one per pod); another replica asking for one would "
+                        "hold a whole A100 pod",
                     )
+        for name, arg in ((MODEL_DEPLOYMENT, "num_cpus"), (INGRESS_DEPLOYMENT, "ingress_num_cpus")):
+            cpus = deps.get(name, {}).get("ray_actor_options", {}).get("num_cpus")
+            if arg in args and cpus is not None and float(args[arg]) != float(cpus):
+                report.fail(
+                    "consistency", f"deployment {name}: args {arg} differs from ray_actor_options"
+                )
+        if INGRESS_DEPLOYMENT in deps and MODEL_DEPLOYMENT in deps:
+            _check_ingress(
+                deps[INGRESS_DEPLOYMENT], deps[MODEL_DEPLOYMENT], args, group, worker, report
+            )
+
+
+def _check_model(dep: Doc, args: Doc, group: Doc, gpus: float, report: Report) -> None:
+    where = f"deployment {MODEL_DEPLOYMENT}"
+    actor_gpus = dep.get("ray_actor_options", {}).get("num_gpus", args.get("num_gpus"))
+    if actor_gpus is None or float(actor_gpus) != 1.0 or gpus != 1.0:
+        report.fail(
+            "consistency",
+            f"{where}: num_gpus per replica ({actor_gpus}) and nvidia.com/gpu per "
+            f"worker pod ({gpus:g}) must both be 1: one FP16 replica per A100",
+        )
+    if "num_gpus" in args and float(args["num_gpus"]) != float(actor_gpus or 0):
+        report.fail("consistency", f"{where}: args num_gpus differs from ray_actor_options")
+    auto = dep.get("autoscaling_config")
+    if auto is None:
+        report.fail("consistency", f"{where}: no autoscaling_config")
+        return
+    for mine, theirs in (("min_replicas", "minReplicas"), ("max_replicas", "maxReplicas")):
+        if auto.get(mine) != group.get(theirs):
+            report.fail(
+                "consistency",
+                f"{where}: autoscaling_config.{mine} ({auto.get(mine)}) must equal the "
+                f"worker group's {theirs} ({group.get(theirs)}): one replica per pod",
+            )
+
+
+def _check_ingress(
+    ingress: Doc, model: Doc, args: Doc, group: Doc, worker: Doc, report: Report
+) -> None:
+    """Ingress bounds are k x the GPU group's, k ingress + 1 model fit a pod's CPUs, and the
+    model takes every call the ingress replicas can have in flight."""
+    where = f"deployment {INGRESS_DEPLOYMENT}"
+    auto = ingress.get("autoscaling_config")
+    if auto is None:
+        report.fail("consistency", f"{where}: no autoscaling_config")
+        return
+    calls = args.get("ingress_calls_in_flight")
+    if calls is None:
+        # The model's max_ongoing_requests and autoscaling target are sized by it.
+        report.fail("consistency", "args must set ingress_calls_in_flight")
+        calls = 1
+    most = int(auto.get("max_replicas", 0)) * int(calls)
+    taken = model.get("max_ongoing_requests", args.get("max_ongoing_requests"))
+    if taken is not None and int(taken) <= most:
+        # Past it, calls (and /readyz's model round trip) queue in the ingress replicas.
+        report.fail(
+            "consistency",
+            f"deployment {MODEL_DEPLOYMENT}: max_ongoing_requests ({taken}) must exceed "
+            f"{INGRESS_DEPLOYMENT} max_replicas x ingress_calls_in_flight ({most})",
+        )
+    low, high = group.get("minReplicas", 0), group.get("maxReplicas", 0)
+    per_pod = auto.get("max_replicas", 0) // high if high else 0
+    if per_pod < 1 or (auto.get("min_replicas"), auto.get("max_replicas")) != (
+        per_pod * low,
+        per_pod * high,
+    ):
+        report.fail(
+            "consistency",
+            f"{where}: autoscaling_config min/max_replicas ({auto.get('min_replicas')}.."
+            f"{auto.get('max_replicas')}) must be the same multiple k of the worker group's "
+            f"minReplicas/maxReplicas ({low}..{high}): k ingress replicas per GPU pod",
+        )
+        return
+    model_cpus = float(model.get("ray_actor_options", {}).get("num_cpus", 1))
+    ingress_cpus = float(ingress.get("ray_actor_options", {}).get("num_cpus", 1))
+    pod_cpus = _cpus(worker.get("resources", {}).get("limits", {}).get("cpu", "0"))
+    wanted = model_cpus + per_pod * ingress_cpus
+    if wanted > pod_cpus - 1:
+        report.fail(
+            "consistency",
+            f"GPU worker: {MODEL_DEPLOYMENT} num_cpus ({model_cpus:g}) + {per_pod} x "
+            f"{INGRESS_DEPLOYMENT} num_cpus ({ingress_cpus:g}) = {wanted:g} must leave at least "
+            f"one of the pod's {pod_cpus:g} CPUs to HAProxy and Ray's own processes",
+        )
+
+
+def _cpus(quantity: Any) -> float:
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
 def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -805,6 +918,10 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
                     "dockerfile",
                     f"serveConfigV2 model_path {wanted} is not the image's SENTIMENT_MODEL_PATH",
                 )
+    env_lines = re.sub(r"\\\n", " ", text)
+    for name, value in HIGH_THROUGHPUT_ENV.items():
+        if not re.search(rf"^ENV\s.*\b{name}={value}\b", env_lines, re.M):
+            report.fail("dockerfile", f"the image must default to ENV {name}={value}")
     _check_dockerignore(root, text, report)
     version = project["version"]
     for doc in docs:

@@ -56,9 +56,14 @@ def head(docs: Docs) -> dict[str, Any]:
     return group
 
 
-def deployment(config: dict[str, Any]) -> dict[str, Any]:
-    dep: dict[str, Any] = config["applications"][0]["deployments"][0]
-    return dep
+def deployment(config: dict[str, Any], name: str = "SentimentModel") -> dict[str, Any]:
+    (dep,) = [d for d in config["applications"][0]["deployments"] if d["name"] == name]
+    found: dict[str, Any] = dep
+    return found
+
+
+def ingress(config: dict[str, Any]) -> dict[str, Any]:
+    return deployment(config, "SentimentIngress")
 
 
 def replace_text(old: str, new: str) -> Callable[[Path], None]:
@@ -200,17 +205,7 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         "autoscaling-bounds",
         "k8s/rayservice.yaml",
         yaml_edit(
-            edit_serve_config(
-                set_in(
-                    "applications",
-                    0,
-                    "deployments",
-                    0,
-                    "autoscaling_config",
-                    "max_replicas",
-                    value=16,
-                )
-            )
+            edit_serve_config(lambda c: deployment(c)["autoscaling_config"].update(max_replicas=16))
         ),
         "consistency",
         "max_replicas (16) must equal the worker group's maxReplicas (8)",
@@ -223,6 +218,64 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         ),
         "consistency",
         "must both be 1",
+    ),
+    (
+        "ingress-asks-for-a-gpu",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: ingress(c)["ray_actor_options"].update(num_gpus=1))),
+        "consistency",
+        "deployment SentimentIngress: num_gpus 1: only SentimentModel uses the GPU",
+    ),
+    (
+        "model-deployment-renamed",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c).update(name="SentimentClassifier"))),
+        "serve-config",
+        "deployment 'SentimentClassifier' is not in the application",
+    ),
+    (
+        "ingress-bounds-not-per-pod",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(lambda c: ingress(c)["autoscaling_config"].update(min_replicas=2))
+        ),
+        "consistency",
+        "must be the same multiple k of the worker group's minReplicas/maxReplicas (1..8)",
+    ),
+    (
+        "pod-cpus-overcommitted",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: ingress(c)["ray_actor_options"].update(num_cpus=2))),
+        "consistency",
+        "= 12 must leave at least one of the pod's 8 CPUs",
+    ),
+    (
+        "model-takes-too-few-calls",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c).update(max_ongoing_requests=64))),
+        "consistency",
+        "max_ongoing_requests (64) must exceed SentimentIngress max_replicas x "
+        "ingress_calls_in_flight (80)",
+    ),
+    (
+        "user-configs-differ",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(lambda c: ingress(c)["user_config"].update(max_pending_texts=64))
+        ),
+        "serve-config",
+        "the deployments' user_config differ",
+    ),
+    (
+        "worker-without-haproxy",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            lambda d: worker(d)["template"]["spec"]["containers"][0].update(
+                env=[{"name": "SENTIMENT_METRICS_PORT", "value": "8080"}]
+            )
+        ),
+        "consistency",
+        "RayService/sentiment a100: env RAY_SERVE_ENABLE_HA_PROXY must be '1' on every node",
     ),
     (
         "not-on-a100",
@@ -318,6 +371,13 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str]] = [
         replace_text("USER 1000\n", "USER 1000\nUSER root\n"),
         "dockerfile",
         "non-root USER",
+    ),
+    (
+        "dockerfile-without-haproxy",
+        "Dockerfile",
+        replace_text("RAY_SERVE_ENABLE_HA_PROXY=1", "RAY_SERVE_ENABLE_HA_PROXY=0"),
+        "dockerfile",
+        "the image must default to ENV RAY_SERVE_ENABLE_HA_PROXY=1",
     ),
     (
         "dockerfile-model-path",
