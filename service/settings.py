@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     ingress_replicas: int = Field(1, ge=1, description="HTTP ingress replicas (scale with cores).")
     ingress_num_cpus: float = Field(0.5, ge=0.0, description="CPUs reserved per ingress replica.")
     ingress_calls_in_flight: int = Field(
-        2, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
+        1, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
     )
     max_ongoing_requests: int = Field(
         1024, ge=1, description="Per replica; must exceed batch size or batches never fill."
