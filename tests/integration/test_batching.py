@@ -59,7 +59,7 @@ def test_forward_metrics_describe_the_work(cluster: Cluster, main_app: object) -
     forwards = cluster.metric("ray_sentiment_forward_padded_tokens_count", application="main")
     assert padded > 0 and forwards >= 1
     assert cluster.metric("ray_sentiment_padding_ratio_count", application="main") == forwards
-    assert cluster.metric("ray_sentiment_queue_wait_seconds_count", application="main") >= 2
+    assert cluster.metric("ray_sentiment_queue_wait_seconds_count", application="main") >= 1
     assert cluster.metric("ray_sentiment_tokenize_seconds_count", application="main") >= 1
     cluster.wait_for(lambda: cluster.metric("ray_sentiment_model_info", application="main") == 1)
     info = [
