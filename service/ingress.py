@@ -54,7 +54,10 @@ Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
 class SentimentIngress:
     """Validates, tokenizes and admits requests; the model replica only sees packed ids."""
 
-    async def __init__(self, settings: dict[str, Any], model: DeploymentHandle[Any] | str) -> None:  # type: ignore[misc]  # Ray awaits an async constructor
+    # Async: Ray awaits the constructor (mypy wants every __init__ to return None).
+    async def __init__(  # type: ignore[misc]
+        self, settings: dict[str, Any], model: DeploymentHandle[Any] | str
+    ) -> None:
         """`model` is the model deployment bound into this application, or the name of the
         application that runs it (`python -m service serve` runs the tiers as two)."""
         self.settings = s = Settings.model_validate(settings)
