@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Any
 
+from service.auth import ApiKeys, KeysFileError
 from service.model import ModelLoadError, check_model_dir
 from service.settings import Settings
 
@@ -35,7 +36,11 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     model = SentimentModel.load(
-        settings.model_path, settings.device, settings.dtype, settings.max_seq_len
+        settings.model_path,
+        settings.device,
+        settings.dtype,
+        settings.max_seq_len,
+        allow_pickle=settings.allow_pickle,
     )
     base = probe.measure_cell(model, 1, 8, 1).peak_bytes  # model, runtime, one tiny forward
     cells = probe.run_grid(
@@ -151,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = Settings(**_overrides(args))
-        check_model_dir(settings.model_path)
-    except ModelLoadError as exc:
+        check_model_dir(settings.model_path, settings.allow_pickle)
+        ApiKeys.load(settings.api_keys_file)  # a bad keys file stops here, not in a replica
+    except (ModelLoadError, KeysFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # pydantic's ValidationError: a bad SENTIMENT_* value

@@ -56,6 +56,27 @@ class PayloadTooLarge(ServiceError):
     status, code, reason = 413, "payload_too_large", "too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    """The body is declared as something other than JSON (a form, plain text)."""
+
+    status, code, reason = 415, "unsupported_media_type", "media_type"
+
+
+class RequestTimeout(ServiceError):
+    """The body did not arrive within the request deadline (a slow or stalled client)."""
+
+    status, code, reason = 408, "request_timeout", "slow_body"
+
+
+class Unauthorized(ServiceError):
+    """API keys are configured and the request carries no valid one."""
+
+    status, code, reason = 401, "unauthorized", "unauthorized"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
+
+
 class NotFound(ServiceError):
     """No such route."""
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +19,8 @@ from service.errors import (
     BadRequest,
     InternalError,
     PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
     ValidationFailed,
     error_response,
     http_status_error,
@@ -25,7 +31,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in {
         400: "Body is not UTF-8 JSON",
+        401: "API keys are configured and no valid `Authorization: Bearer` key was sent",
+        408: "The body did not arrive within the request deadline",
         413: "Body larger than max_body_bytes",
+        415: "Content-Type is not JSON (a missing Content-Type is read as JSON)",
         422: "A field breaks a rule or a limit (details name the field and the reason)",
         429: "Overloaded; retry after the Retry-After header",
         503: "Model not loaded or warmed up yet",
@@ -76,14 +85,49 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """Read at most `limit` bytes; refuse early on a Content-Length over the limit."""
+T = TypeVar("T")
+
+
+def check_content_type(value: bytes) -> None:
+    """415 unless the media type is JSON (`application/json` or `*/*+json`) in UTF-8."""
+    media, _, params = value.partition(b";")
+    media = media.strip().lower()
+    if media != b"application/json" and not (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    ):
+        shown = media.decode("latin-1")[:100] or "empty"
+        raise UnsupportedMediaType(
+            f"Content-Type {shown} is not supported; send JSON with "
+            "'Content-Type: application/json'"
+        )
+    charset = params.lower().partition(b"charset=")[2].strip(b' "')
+    if charset and charset not in (b"utf-8", b"utf8", b"us-ascii"):
+        raise UnsupportedMediaType("JSON bodies must be UTF-8 (charset=utf-8)")
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, deadline: float) -> bytes:
+    """Read at most `limit` bytes by `deadline` (time.monotonic()); refuse early on a
+    Content-Length over the limit or a Content-Type that is not JSON.
+
+    A missing Content-Type is read as JSON, so minimal clients keep working; forms and plain
+    text (what a page can post cross-site without asking) are refused. The deadline is the
+    request's own: a client sending its body slowly holds a slot no longer than any other.
+    """
     for name, value in scope["headers"]:
         if name == b"content-length":
             if not value.isdigit():
                 raise BadRequest("Content-Length is not a number")
             if int(value) > limit:
                 raise PayloadTooLarge(f"body is {int(value)} bytes; the limit is {limit}")
+        elif name == b"content-type":
+            check_content_type(value)
+    try:
+        return await _within(_read(receive, limit), deadline - time.monotonic())
+    except asyncio.TimeoutError:
+        raise RequestTimeout("the body did not arrive within the request deadline") from None
+
+
+async def _read(receive: Receive, limit: int) -> bytes:
     body = b""
     while True:
         message = await receive()
@@ -95,6 +139,14 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
         if not message.get("more_body", False):
             return body
+
+
+async def _within(work: Awaitable[T], delay: float) -> T:
+    """`work`, or asyncio.TimeoutError after `delay` seconds."""
+    if sys.version_info >= (3, 11):  # a timer on the running task: no extra task per request
+        async with asyncio.timeout(delay):
+            return await work
+    return await asyncio.wait_for(work, delay)
 
 
 async def send_json(

@@ -19,6 +19,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.auth import ApiKeys
 from service.coalescer import Coalescer, Reply
 from service.encoding import Packed, Scored, TextEncoder, labels_of
 from service.errors import (
@@ -61,7 +62,8 @@ class SentimentIngress:
         """`model` is the model deployment bound into this application, or the name of the
         application that runs it (`python -m service serve` runs the tiers as two)."""
         self.settings = s = Settings.model_validate(settings)
-        check_model_dir(s.model_path)
+        check_model_dir(s.model_path, s.allow_pickle)
+        self.keys = ApiKeys.load(s.api_keys_file)
         if isinstance(model, str):
             model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
         self.model = model
@@ -146,7 +148,8 @@ class SentimentIngress:
 
     async def _classify(self, scope: Scope, receive: Receive, start: float) -> Answer:
         s = self.settings
-        raw = await read_body(scope, receive, s.max_body_bytes)
+        self.keys.check(scope)
+        raw = await read_body(scope, receive, s.max_body_bytes, start + s.request_timeout_s)
         texts = plain_texts(raw, s.max_texts_per_request, s.max_text_chars)
         if texts is None:  # unusual or invalid: full validation, with field-level details
             texts = parse_request(raw, self.request_model).all_texts()

@@ -65,8 +65,12 @@ def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
     return -(-length // multiple) * multiple
 
 
-def check_model_dir(path: Path) -> None:
-    """Fail with a readable message when `path` is not a usable model directory."""
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+
+
+def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
+    """Fail with a readable message when `path` is not a usable model directory, or when its
+    only weights are pickle files and `allow_pickle` is off (unpickling can run any code)."""
     config = path / "config.json"
     if not config.is_file():
         raise ModelLoadError(
@@ -79,6 +83,15 @@ def check_model_dir(path: Path) -> None:
     id2label = json.loads(config.read_text()).get("id2label")
     if not id2label:
         raise ModelLoadError(f"{config} has no id2label: it is not a classification model")
+    if allow_pickle or any(path.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pattern in PICKLE_WEIGHTS for p in path.glob(pattern))
+    if pickles:
+        raise ModelLoadError(
+            f"{path} has only pickle weights ({', '.join(pickles[:3])}), which can run code "
+            "when loaded. Convert them to safetensors (save_pretrained does by default), or "
+            "set SENTIMENT_ALLOW_PICKLE=true if you trust this directory."
+        )
 
 
 class SentimentModel:
@@ -111,15 +124,20 @@ class SentimentModel:
         dtype: str = "auto",
         max_length: int = 256,
         name: str | None = None,
+        allow_pickle: bool = False,
     ) -> SentimentModel:
         """Load weights and tokenizer from a local directory; never touches a model hub."""
         path = Path(path)
-        check_model_dir(path)
+        check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, dev)
         encoder = TextEncoder.load(path, max_length)
         model = AutoModelForSequenceClassification.from_pretrained(
-            path, local_files_only=True, dtype=torch_dtype, attn_implementation="sdpa"
+            path,
+            local_files_only=True,
+            dtype=torch_dtype,
+            attn_implementation="sdpa",
+            use_safetensors=None if allow_pickle else True,
         )
         model.to(dev).eval()
         config = model.config

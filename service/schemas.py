@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -19,10 +20,21 @@ from pydantic import (
 
 from service.errors import BadRequest, ValidationFailed
 
+BLANK_REASON = "text is empty or only whitespace, control or zero-width characters"
+
+
+def is_blank(text: str) -> bool:
+    """True when no character of `text` can be seen: only whitespace, control, format
+    (zero-width), separator, private-use or unassigned characters. Such a text carries nothing
+    to classify, yet the model would still give it a confident label."""
+    if text.isprintable():  # the usual case: every character visible, or an ASCII space
+        return text.isspace() or not text
+    return not any(unicodedata.category(c)[0] in "LMNPS" for c in text)
+
 
 def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("text is empty or only whitespace")
+    if is_blank(text):
+        raise ValueError(BLANK_REASON)
     return text
 
 
@@ -147,6 +159,6 @@ def plain_texts(raw: bytes, max_texts: int, max_chars: int) -> list[str] | None:
     if type(texts) is not list or not 0 < len(texts) <= max_texts:
         return None
     for text in texts:
-        if type(text) is not str or not 0 < len(text) <= max_chars or text.isspace():
+        if type(text) is not str or not 0 < len(text) <= max_chars or is_blank(text):
             return None
     return texts

@@ -107,6 +107,36 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=64)
     request_timeout_s: float = Field(10.0, gt=0.0, description="Deadline; past it, 504.")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with 429.")
+    api_keys_file: Path | None = Field(
+        None,
+        description="One API key a line (plain or sha256:<hex>); set: /v1/classify needs "
+        "`Authorization: Bearer <key>`. Health, readiness and metrics stay open.",
+    )
+    allow_pickle: bool = Field(
+        False,
+        description="Load pickle weights (pytorch_model.bin) when a model has no safetensors. "
+        "Pickle can run code: only for model directories you trust.",
+    )
+
+    health_stall_s: float = Field(
+        30.0,
+        gt=0.0,
+        description="Model replica is unhealthy when no forward ended for this long while "
+        "work waits (Ray then replaces it).",
+    )
+    health_check_period_s: float = Field(
+        10.0, gt=0.0, description="How often Ray calls the model replica's check_health."
+    )
+    health_check_timeout_s: float = Field(
+        30.0, gt=0.0, description="How long Ray waits for one check_health before failing it."
+    )
+    # Fault injection for tests and drills; off unless set.
+    fault_forward_min_texts: int | None = Field(
+        None, ge=1, description="Testing only: every forward of at least this many texts raises."
+    )
+    fault_hang_min_texts: int | None = Field(
+        None, ge=1, description="Testing only: every forward of at least this many texts hangs."
+    )
 
     batch: BatchConfig = Field(default_factory=BatchConfig)
 

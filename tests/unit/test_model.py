@@ -80,3 +80,20 @@ def test_one_pass_encoding_matches_plain_truncation(
         assert enc.ids == cut
         assert enc.truncated == (len(whole) > 32)
     assert any(e.truncated for e in encoded) and not all(e.truncated for e in encoded)
+
+
+def test_pickle_only_weights_are_refused_unless_allowed(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_model_dir, pickled)
+    model = SentimentModel.load(tiny_model_dir, device="cpu").model
+    for weights in pickled.glob("*.safetensors"):
+        weights.unlink()
+    torch.save(model.state_dict(), pickled / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match="SENTIMENT_ALLOW_PICKLE"):
+        check_model_dir(pickled)
+    with pytest.raises(ModelLoadError, match="pickle weights"):
+        SentimentModel.load(pickled, device="cpu")
+    loaded = SentimentModel.load(pickled, device="cpu", allow_pickle=True)
+    assert loaded.classify(["great"])[0].keys() == {"negative", "positive"}

@@ -117,3 +117,35 @@ def test_fast_check_takes_the_ordinary_bodies() -> None:
 def test_deeply_nested_json_is_a_400() -> None:
     with pytest.raises(BadRequest, match="nested too deeply"):
         parse_request(b"[" * 5000 + b"]" * 5000, request_model(3, 10))
+
+
+INVISIBLE = [
+    "\u200b",
+    "\u0000",
+    "\u200b\u200d ",
+    "\ufeff\u2060",
+    "\u00a0\u3000",
+    "\x1b\x7f",
+    "\ue000",
+]
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_invisible_texts_are_refused_like_blank_ones(
+    model: type[ClassifyRequestBase], text: str
+) -> None:
+    raw = json.dumps({"texts": ["fine", text]}).encode()
+    assert plain_texts(raw, max_texts=3, max_chars=10) is None
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(raw, model)
+    [detail] = info.value.details
+    assert detail["field"] == "texts[1]" and "zero-width" in detail["reason"]
+
+
+@pytest.mark.parametrize("text", ["a\u200b", "\u200bok\n", "\u00e9\u0301", "🙂", "很好", "1"])
+def test_texts_with_something_visible_pass_both_checks(
+    model: type[ClassifyRequestBase], text: str
+) -> None:
+    raw = json.dumps({"text": text}).encode()
+    assert plain_texts(raw, max_texts=3, max_chars=10) == [text]
+    assert parse_request(raw, model).all_texts() == [text]
