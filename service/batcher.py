@@ -14,7 +14,8 @@ rest of the batch computes; that request then joins the very next batch.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -29,6 +30,11 @@ class Batcher(Generic[T, R]):
     carry many texts) and `max_size` of `size(item)` in total; an item over either limit on its
     own still runs, alone. `run(batch)` yields lists of (index in the batch, result); every
     item must get exactly one result.
+
+    Nothing waits in the queue for nobody: a cancelled waiter's item leaves at once, and with
+    `deadline` (time.monotonic() after which an item is useless) and `expired` (its answer
+    then), an item still queued at its deadline leaves with that answer, even while a batch
+    computes or the model hangs.
     """
 
     def __init__(
@@ -39,12 +45,18 @@ class Batcher(Generic[T, R]):
         max_size: int,
         wait_s: float,
         count: Callable[[T], int] = lambda _: 1,
+        deadline: Callable[[T], float] | None = None,
+        expired: Callable[[T], R] | None = None,
     ) -> None:
         self.run = run
         self.size = size
         self.count = count
+        self.deadline = deadline
+        self.expired = expired
         self.configure(max_items, max_size, wait_s)
-        self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
+        # Insertion order is arrival order; keyed by future, so a gone waiter leaves in O(1).
+        self._queue: OrderedDict[asyncio.Future[R], tuple[T, asyncio.TimerHandle | None]]
+        self._queue = OrderedDict()
         self._queued_size = 0
         self._queued_count = 0
         self._arrived = asyncio.Event()
@@ -63,13 +75,38 @@ class Batcher(Generic[T, R]):
         """Queue `item` and wait for its result (or its batch's exception)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._queue.append((item, future))
+        timer = None
+        if self.deadline is not None and self.expired is not None:
+            delay = max(0.0, self.deadline(item) - time.monotonic())
+            timer = loop.call_later(delay, self._expire, future)
+        self._queue[future] = (item, timer)
         self._queued_size += self.size(item)
         self._queued_count += self.count(item)
         self._arrived.set()
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._loop(), name="batcher")
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:  # the caller left: its item must not wait for a batch
+            self._remove(future)
+            raise
+
+    def _remove(self, future: asyncio.Future[R]) -> T | None:
+        """Take a waiter's item out of the queue (None when it is no longer queued)."""
+        entry = self._queue.pop(future, None)
+        if entry is None:
+            return None
+        item, timer = entry
+        if timer is not None:
+            timer.cancel()
+        self._queued_size -= self.size(item)
+        self._queued_count -= self.count(item)
+        return item
+
+    def _expire(self, future: asyncio.Future[R]) -> None:
+        item = self._remove(future)
+        if item is not None and self.expired is not None and not future.done():
+            future.set_result(self.expired(item))
 
     async def _loop(self) -> None:
         idle = True  # nothing computed since the queue last ran empty
@@ -99,21 +136,22 @@ class Batcher(Generic[T, R]):
                 return
 
     def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
-        """The longest prefix of the queue within both limits (cancelled waiters dropped)."""
+        """The longest prefix of the queue within both limits."""
         batch: list[tuple[T, asyncio.Future[R]]] = []
+        gone: list[asyncio.Future[R]] = []  # cancelled; their waiter has not run yet
         total = items = 0
-        while self._queue:
-            item, future = self._queue[0]
+        for future, (item, _) in self._queue.items():
+            if future.done():
+                gone.append(future)
+                continue
             size, count = self.size(item), self.count(item)
-            if not future.cancelled():  # else the client left; nothing to compute
-                if batch and (items + count > self.max_items or total + size > self.max_size):
-                    break
-                batch.append((item, future))
-                total += size
-                items += count
-            self._queue.popleft()
-            self._queued_size -= size
-            self._queued_count -= count
+            if batch and (items + count > self.max_items or total + size > self.max_size):
+                break
+            batch.append((item, future))
+            total += size
+            items += count
+        for future in gone + [future for _, future in batch]:
+            self._remove(future)
         return batch
 
     async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.encoding import Packed, Scored, TextEncoder
-from service.errors import DeadlineExceeded
+from service.retry import status_error
 
 ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
 
@@ -32,11 +32,12 @@ class Reply:
     truncated: list[bool]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Waiting:
     texts: list[str]
     deadline: float  # time.monotonic()
     future: asyncio.Future[Reply]
+    queued: bool = True
 
 
 class Coalescer:
@@ -61,9 +62,13 @@ class Coalescer:
 
     def submit(self, texts: list[str], deadline: float) -> asyncio.Future[Reply]:
         """Queue a request's texts; the future fails with DeadlineExceeded when a text's
-        budget ran out in the model replica, or with the call's error."""
+        budget ran out in the model replica, InternalError when a text failed even in a
+        forward of its own, or with the call's error."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiting(texts, deadline, future))
+        waiting = _Waiting(texts, deadline, future)
+        self._queue.append(waiting)
+        # A request that expires or is cancelled while queued leaves the queue at once.
+        future.add_done_callback(lambda _: self._queue.remove(waiting) if waiting.queued else None)
         self._pump()
         return future
 
@@ -83,12 +88,14 @@ class Coalescer:
         texts = 0
         while self._queue:
             waiting = self._queue[0]
-            if waiting.future.done():  # the client left or the deadline passed
+            if waiting.future.done():  # gone; its done callback has not run yet
                 self._queue.popleft()
+                waiting.queued = False
                 continue
             if batch and texts + len(waiting.texts) > self.max_texts:
                 break
             batch.append(self._queue.popleft())
+            waiting.queued = False
             texts += len(waiting.texts)
         return batch
 
@@ -107,7 +114,7 @@ class Coalescer:
                 if w.future.done():
                     pass
                 elif status[start:end].any():
-                    w.future.set_exception(DeadlineExceeded("deadline passed while queued"))
+                    w.future.set_exception(status_error(status[start:end]))
                 else:
                     w.future.set_result(Reply(probs[start:end], truncated[start:end]))
                 start = end

@@ -29,6 +29,9 @@ def model_deployment(settings: Settings) -> Deployment:
         max_ongoing_requests=settings.max_ongoing_requests,
         user_config=settings.batch.user_config(),
         graceful_shutdown_timeout_s=settings.graceful_shutdown_timeout_s,
+        # check_health fails on a stalled forward or a failed probe; Ray then replaces it.
+        health_check_period_s=settings.health_check_period_s,
+        health_check_timeout_s=settings.health_check_timeout_s,
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
         logging_config={"enable_access_log": settings.access_log},
     )

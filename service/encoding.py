@@ -18,7 +18,8 @@ from tokenizers import Tokenizer
 IdArray = npt.NDArray[np.int32]
 # A model call's answer: probabilities [texts, labels] and a status per text.
 Scored = tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]
-OK, EXPIRED = 0, 1  # statuses: computed; its time budget ran out before its batch
+# Statuses: computed; its time budget ran out before its batch; its forward failed even alone.
+OK, EXPIRED, FAILED = 0, 1, 2
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,12 @@ class ModelMetrics:
         self.padding_ratio = _hist(
             "padding_ratio", "Share of a forward's tokens that are padding.", RATIO_BUCKETS
         )
+        self.forward_failures = Counter(
+            PREFIX + "forward_failures",
+            description="Forward attempts that raised, by reason (oom, error); each is retried "
+            "in halves down to single texts.",
+            tag_keys=("reason",),
+        )
         self.queued_texts = Gauge(
             PREFIX + "model_queued_texts",
             description="Texts waiting in the model replica for a batch.",

@@ -26,9 +26,12 @@ from ray import serve
 
 from service.batcher import Batcher
 from service.batching import padded_cost, padding_ratio, plan_micro_batches
-from service.encoding import EXPIRED, OK, Packed, Scored
+from service.encoding import EXPIRED, Packed, Scored
+from service.faults import with_faults
+from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import SentimentModel, dtype_name, round_up
+from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings
 
 logger = logging.getLogger("ray.serve")
@@ -70,7 +73,12 @@ class ModelReplica:
             torch.set_num_threads(s.torch_threads)
         self.metrics = ModelMetrics()
         self.model = SentimentModel.load(
-            s.model_path, s.device, s.dtype, max_length=s.max_seq_len, name=s.model_name
+            s.model_path,
+            s.device,
+            s.dtype,
+            max_length=s.max_seq_len,
+            name=s.model_name,
+            allow_pickle=s.allow_pickle,
         )
         self.batch = s.batch
         self.batcher: Batcher[Job, Scored] = Batcher(
@@ -80,10 +88,26 @@ class ModelReplica:
             max_items=s.batch.max_batch_texts,
             max_size=s.batch.max_batch_tokens,
             wait_s=s.batch.batch_wait_timeout_s,
+            deadline=lambda job: float(job.deadlines.max()),
+            expired=lambda job: expired_scores(job.texts, len(self.model.labels)),
         )
         # One thread: forwards run off the event loop so calls keep arriving (and batches keep
         # filling) while the model computes, but never two forwards at once.
         self.executor = ThreadPoolExecutor(1, "forward", initializer=_name_thread)
+        # Faults (tests only) inside the watchdog inside the split-and-retry (service.retry).
+        self.watchdog = Watchdog(s.health_stall_s)
+        forward = self.watchdog.watch(
+            with_faults(self._forward, s.fault_forward_min_texts, s.fault_hang_min_texts)
+        )
+        self.forward = SplittingForward(
+            forward,
+            len(self.model.labels),
+            lambda reason: self.metrics.forward_failures.inc(tags={"reason": reason}),
+        )
+        probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
+        self.probe = lambda: asyncio.get_running_loop().run_in_executor(
+            self.executor, forward, probe
+        )
         if s.warmup:
             self._warmup()
         # Ray forgets a gauge that is not set again within two export intervals, so a daemon
@@ -100,6 +124,10 @@ class ModelReplica:
             config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s
         )
         logger.info("batch config now %s", config.model_dump())
+
+    async def check_health(self) -> None:
+        """Ray replaces the replica when this raises: a stalled forward, or a failed probe."""
+        await self.watchdog.check(self.batcher.queued, self.probe)
 
     async def info(self) -> dict[str, Any]:
         """What serves: replica, model, device, dtype, labels and the batch knobs in force."""
@@ -148,8 +176,8 @@ class ModelReplica:
             texts = live[group]
             calls = owner[texts]
             rows = [jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)]
-            out, seconds = await loop.run_in_executor(self.executor, self._forward, rows)
-            probs[texts], status[texts] = out, OK
+            out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
+            probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, calls, 1)
             group_lengths = lengths[texts].tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -178,3 +179,38 @@ async def test_configure_applies_to_the_next_batch() -> None:
     model.gate.set()
     await asyncio.gather(blocker, *tasks)
     assert model.batches == [["z"], ["a"], ["b"]]
+
+
+@on_loop
+async def test_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
+    model = Model()
+    b = batcher(model)
+    blocker = await occupy(model, b)
+    gone = asyncio.create_task(b.submit("gone"))
+    await asyncio.sleep(0.01)
+    assert b.queued == 1
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert b.queued == 0 and not b._queue  # not when the next batch forms: now
+    model.gate.set()
+    await blocker
+
+
+@on_loop
+async def test_an_expired_item_leaves_with_its_answer_while_the_model_is_busy() -> None:
+    model = Model()
+    deadlines = {"soon": time.monotonic() + 0.05, "later": time.monotonic() + 60}
+    b: Batcher[str, str] = Batcher(
+        model.run, len, 100, 1000, 0.0,
+        deadline=lambda item: deadlines.get(item, time.monotonic() + 60),
+        expired=lambda item: f"{item} expired",
+    )  # fmt: skip
+    blocker = await occupy(model, b)
+    soon = asyncio.create_task(b.submit("soon"))
+    later = asyncio.create_task(b.submit("later"))
+    assert await asyncio.wait_for(soon, 5) == "soon expired"  # the model is still busy
+    assert b.queued == 1
+    model.gate.set()
+    assert await later == "LATER"
+    await blocker
+    assert all("soon" not in batch for batch in model.batches)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from service.coalescer import Coalescer
-from service.encoding import EXPIRED, Packed, Scored, TextEncoder
-from service.errors import DeadlineExceeded
+from service.encoding import EXPIRED, FAILED, Packed, Scored, TextEncoder
+from service.errors import DeadlineExceeded, InternalError
 
 
 class FakeModel:
@@ -121,3 +121,43 @@ def test_requests_gone_before_their_call_are_not_sent(encoder: TextEncoder) -> N
 
     asyncio.run(main())
     assert model.calls == [1]
+
+
+def test_a_request_gone_while_queued_leaves_the_queue_at_once(encoder: TextEncoder) -> None:
+    model = FakeModel(pause_s=0.2)
+
+    async def main() -> None:
+        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        first = coalescer.submit(["a"], deadline)  # out to the model
+        gone = coalescer.submit(["b", "c"], deadline)
+        kept = coalescer.submit(["d"], deadline)
+        await asyncio.sleep(0.01)
+        assert len(coalescer._queue) == 2
+        gone.set_exception(DeadlineExceeded("deadline"))  # as the ingress's timer does
+        await asyncio.sleep(0)
+        assert [w.texts for w in coalescer._queue] == [["d"]]  # while the call is still out
+        await asyncio.gather(first, kept)
+        with pytest.raises(DeadlineExceeded):
+            await gone
+
+    asyncio.run(main())
+    assert model.calls == [1, 1]
+
+
+def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: TextEncoder) -> None:
+    async def one_fails(packed: Packed, budgets: np.ndarray) -> Scored:
+        status = np.zeros(len(packed), dtype=np.uint8)
+        if len(packed) > 1:  # the second call: "b", "c", "d"; "c" fails even alone
+            status[1] = FAILED
+        return np.zeros((len(packed), 2), np.float32), status
+
+    async def main() -> list[object]:
+        coalescer = Coalescer(encoder, one_fails, max_texts=64, in_flight=1)
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit(t, deadline) for t in (["a"], ["b", "c"], ["d"])]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second, third = asyncio.run(main())
+    assert isinstance(second, InternalError) and second.status == 500
+    assert not isinstance(first, Exception) and not isinstance(third, Exception)

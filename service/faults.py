@@ -1,0 +1,38 @@
+"""Fault injection for tests and drills: off unless a `SENTIMENT_FAULT_*` setting is given.
+
+`fault_forward_min_texts=N`: every forward of at least N texts raises, as an out-of-memory on a
+big batch would. `fault_hang_min_texts=N`: every forward of at least N texts hangs, as a stuck
+GPU kernel would (bounded: it gives up after `HANG_S`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from service.retry import Forward, Probs, Rows
+
+logger = logging.getLogger("ray.serve")
+HANG_S = 600.0
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a forward that a fault setting targets."""
+
+
+def with_faults(forward: Forward, raise_min: int | None, hang_min: int | None) -> Forward:
+    """`forward` itself when no fault is set, else a forward that fails as configured."""
+    if raise_min is None and hang_min is None:
+        return forward
+    logger.warning("fault injection is on: raise at %s texts, hang at %s", raise_min, hang_min)
+    never = threading.Event()  # never set: an interruptible, bounded sleep
+
+    def faulty(rows: Rows) -> tuple[Probs, float]:
+        if hang_min is not None and len(rows) >= hang_min:
+            never.wait(HANG_S)
+            raise InjectedFault(f"injected hang of a {len(rows)}-text forward ended")
+        if raise_min is not None and len(rows) >= raise_min:
+            raise InjectedFault(f"injected failure of a {len(rows)}-text forward")
+        return forward(rows)
+
+    return faulty
