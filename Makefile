@@ -20,9 +20,18 @@ GPU_BUNDLE ?= .gpu-bundle
 GPU_BENCH_OUT ?= results/gpu-bench
 GPU_BENCH_ARGS ?=
 PY_DIRS := service training loadtest tests k8s
+# checkov pins its own versions of packaging, networkx and more, older than the project's:
+# it gets a venv of its own, used only by k8s-check.
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_SPEC ?= checkov==3.3.30
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(subst ==,-,$(CHECKOV_SPEC))
+SOAK_MINUTES ?= 10
+SOAK_OUT ?= results/soak
+SOAK_ARGS ?=
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
-	bench bench-overhead loadtest capacity probe k8s-check prometheus-tools clean gpu-bundle gpu-bench
+	bench bench-overhead loadtest capacity probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
+	checkov-tools soak
 
 help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
@@ -33,7 +42,8 @@ help:
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
-	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline"
+	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline, then checkov"
+	@echo "make soak       SOAK_MINUTES of the Locust soak shape against a service it starts; RSS"
 	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
 	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 
@@ -79,8 +89,20 @@ loadtest: $(STAMP)
 capacity:
 	@$(MAKE) --no-print-directory loadtest LOADTEST_SHAPE=step
 
-k8s-check: $(STAMP) prometheus-tools
-	$(PY) k8s/check.py
+k8s-check: $(STAMP) prometheus-tools checkov-tools
+	$(PY) k8s/check.py --checkov $(CHECKOV_VENV)/bin/checkov
+
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q "$(CHECKOV_SPEC)"
+	touch $@
+
+checkov-tools: $(CHECKOV_STAMP)
+
+# Starts the service itself (like make serve), runs the soak shape, samples every server
+# process's RSS; figures in $(SOAK_OUT)/soak.json and a printed table.
+soak: default-model
+	$(PY) -m loadtest.soak --model-path $(MODEL_DIR) --minutes $(SOAK_MINUTES) --out $(SOAK_OUT) $(SOAK_ARGS)
 
 # A real Prometheus and promtool (Debian's package) for k8s-check and the monitoring tests.
 prometheus-tools:
@@ -95,7 +117,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy service training loadtest k8s/check.py
+	$(VENV)/bin/mypy service training loadtest k8s/check.py k8s/checks
 
 # Tests run in a private network namespace where the machine allows one (root, or user
 # namespaces): Ray's HAProxy binds its stats and metrics listeners on every interface, and in
@@ -122,4 +144,4 @@ gpu-bench:
 	$(PYTHON) -m loadtest.gpubench --bundle $(GPU_BUNDLE) --out $(GPU_BENCH_OUT) $(GPU_BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

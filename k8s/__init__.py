@@ -1,0 +1,1 @@
+"""Kubernetes manifests for the service; `k8s.checks` validates them offline."""
