@@ -1,8 +1,8 @@
 """Fault injection for tests and drills: off unless a `SENTIMENT_FAULT_*` setting is given.
 
 `fault_forward_min_texts=N`: every forward of at least N texts raises, as an out-of-memory on a
-big batch would. `fault_hang_min_texts=N`: every forward of at least N texts hangs, as a stuck
-GPU kernel would (bounded: it gives up after `HANG_S`).
+big batch would. `fault_hang_min_tokens=N`: every forward holding a text of at least N tokens
+hangs, as a kernel stuck on long inputs would (bounded: it gives up after `HANG_S`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ def with_faults(forward: Forward, raise_min: int | None, hang_min: int | None) -
     """`forward` itself when no fault is set, else a forward that fails as configured."""
     if raise_min is None and hang_min is None:
         return forward
-    logger.warning("fault injection is on: raise at %s texts, hang at %s", raise_min, hang_min)
+    logger.warning("fault injection: raise at %s texts, hang at %s tokens", raise_min, hang_min)
     never = threading.Event()  # never set: an interruptible, bounded sleep
 
     def faulty(rows: Rows) -> tuple[Probs, float]:
-        if hang_min is not None and len(rows) >= hang_min:
+        if hang_min is not None and max(len(row) for row in rows) >= hang_min:
             never.wait(HANG_S)
             raise InjectedFault(f"injected hang of a {len(rows)}-text forward ended")
         if raise_min is not None and len(rows) >= raise_min:

@@ -134,8 +134,8 @@ class Settings(BaseSettings):
     fault_forward_min_texts: int | None = Field(
         None, ge=1, description="Testing only: every forward of at least this many texts raises."
     )
-    fault_hang_min_texts: int | None = Field(
-        None, ge=1, description="Testing only: every forward of at least this many texts hangs."
+    fault_hang_min_tokens: int | None = Field(
+        None, ge=1, description="Testing only: every forward with a text this long (tokens) hangs."
     )
 
     batch: BatchConfig = Field(default_factory=BatchConfig)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from service import faults
 from service.encoding import EXPIRED, FAILED, OK
 from service.errors import DeadlineExceeded, InternalError
 from service.faults import InjectedFault, with_faults
@@ -81,3 +82,11 @@ def test_injected_faults_are_off_by_default_and_trigger_at_their_size() -> None:
         faulty(rows(1, 2, 3))
     probs, status, _ = SplittingForward(faulty, 2, lambda r: None)(rows(*range(6)))
     assert status.tolist() == [OK] * 6 and probs[:, 0].tolist() == list(range(6))
+
+
+def test_the_hang_fault_waits_on_long_texts_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(faults, "HANG_S", 0.01)
+    faulty = with_faults(FakeForward(), None, 4)
+    assert faulty(rows(1, 2, 3))[0].shape == (3, 2)  # one token each: runs
+    with pytest.raises(InjectedFault, match="hang"):
+        faulty([np.zeros(4, np.int32)])
