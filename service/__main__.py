@@ -1,4 +1,5 @@
-"""`python -m service serve | probe`: run the service locally, or size its batches first."""
+"""`python -m service serve | probe | export`: run the service locally, size its batches, or
+export the model for ONNX Runtime / TensorRT."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from service.settings import Settings
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ["model_path", "host", "port", "metrics_port", "num_replicas", "ingress_replicas"]
-    keys += ["device", "dtype"]
+    keys += ["device", "dtype", "backend"]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
@@ -35,13 +36,18 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    model = SentimentModel.load(
-        settings.model_path,
-        settings.device,
-        settings.dtype,
-        settings.max_seq_len,
-        allow_pickle=settings.allow_pickle,
-    )
+    try:
+        model = SentimentModel.load(
+            settings.model_path,
+            settings.device,
+            settings.dtype,
+            settings.max_seq_len,
+            allow_pickle=settings.allow_pickle,
+            backend=settings.backend,
+        )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     base = probe.measure_cell(model, 1, 8, 1).peak_bytes  # model, runtime, one tiny forward
     cells = probe.run_grid(
         model, _ints(args.batch_sizes), _ints(args.lengths), args.repeats, args.max_cell_tokens
@@ -52,7 +58,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
         else probe.available_memory(model.device)
     )
     advice = probe.advise(cells, limit, base, args.typical_length)
-    where = f"{model.name}, {dtype_name(model.dtype)} on {model.device}"
+    where = f"{model.name}, {dtype_name(model.dtype)} on {model.device}, {model.backend_name}"
     print(probe.format_report(cells, advice, where, args.typical_length))
     if args.json:
         document = {"model": model.name, "device": str(model.device), "advice": advice}
@@ -152,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--memory-limit", help="e.g. 16GiB (default: GPU size or free RAM)")
     probe.add_argument("--typical-length", type=int, default=64, help="tokens of a usual text")
     probe.add_argument("--json", help="also write the grid and advice to this file")
+    probe.add_argument("--backend", help="torch, onnx, onnx-int8, tensorrt or auto")
+    export = sub.add_parser("export", help="ONNX copies of the weights (ONNX Runtime, TensorRT)")
+    export.add_argument("--model-path", help="model directory (default: SENTIMENT_MODEL_PATH)")
+    export.add_argument("--format", choices=["onnx", "tensorrt"], default="onnx")
+    export.add_argument("--quantize", choices=["int8"], help="also a dynamic INT8 graph (CPU)")
+    export.add_argument("--force", action="store_true", help="export even when up to date")
     args = parser.parse_args(argv)
 
     try:
@@ -166,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "probe":
         return run_probe(settings, args)
+    if args.command == "export":
+        from service.export import run_export
+
+        return run_export(settings, args.format, args.quantize, args.force)
     return serve_forever(settings, args.address)
 
 

@@ -110,6 +110,6 @@ class ModelMetrics:
         )
         self.model_info = Gauge(
             PREFIX + "model_info",
-            description="Always 1; the tags say which model, dtype and device serve.",
-            tag_keys=("model", "dtype", "device"),  # type: ignore[arg-type]  # stub says 1-tuple
+            description="Always 1; the tags say which model, dtype, device and backend serve.",
+            tag_keys=("model", "dtype", "device", "backend"),  # type: ignore[arg-type]  # stub says 1-tuple
         )

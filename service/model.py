@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
+from service.backends import Backend, BackendError, TorchBackend, load_ort, resolve_backend
 from service.encoding import TextEncoder, sequence_limit
 
 PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
@@ -60,6 +61,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def parameter_count(path: Path) -> int:
+    """Parameters in a directory's safetensors files, read from their headers alone."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), "np") as f:
+            total += sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118
+    return total
+
+
 def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
     """Round a sequence length up to the padding multiple."""
     return -(-length // multiple) * multiple
@@ -95,26 +107,43 @@ def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
 
 
 class SentimentModel:
-    """A loaded classifier: tokenizer, weights on one device, label names."""
+    """A loaded classifier: tokenizer, a backend that runs forwards, label names."""
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        backend: Backend,
         encoder: TextEncoder,
         labels: list[str],
         name: str,
         device: torch.device,
         dtype: torch.dtype,
         max_length: int,
+        pad_id: int,
+        parameters: int,
+        backend_reason: str = "asked for",
     ) -> None:
-        self.model = model
+        self.backend = backend
         self.encoder = encoder
         self.labels = labels
         self.name = name
         self.device = device
         self.dtype = dtype
         self.max_length = max_length
-        self.pad_id: int = getattr(model.config, "pad_token_id", None) or 0
+        self.pad_id = pad_id
+        self.parameters = parameters
+        self.backend_reason = backend_reason
+
+    @property
+    def backend_name(self) -> str:
+        """`torch`, `onnx`, `onnx-int8` or `tensorrt`: what runs the forwards."""
+        return self.backend.name
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The PyTorch module (the torch backend only)."""
+        if not isinstance(self.backend, TorchBackend):
+            raise AttributeError(f"backend {self.backend_name!r} holds no PyTorch module")
+        return self.backend.module
 
     @classmethod
     def load(
@@ -125,13 +154,24 @@ class SentimentModel:
         max_length: int = 256,
         name: str | None = None,
         allow_pickle: bool = False,
+        backend: str = "torch",
+        max_rows: int = 512,
     ) -> SentimentModel:
-        """Load weights and tokenizer from a local directory; never touches a model hub."""
+        """Load the tokenizer and the backend from a local directory; never touches a model
+        hub. ONNX backends load the verified export instead of the PyTorch weights
+        (`max_rows` sizes TensorRT's shape profile)."""
         path = Path(path)
         check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, dev)
+        try:
+            chosen, why = resolve_backend(backend, path, dev)
+        except BackendError as exc:
+            raise ModelLoadError(str(exc)) from None
         encoder = TextEncoder.load(path, max_length)
+        limit = sequence_limit(path, max_length)
+        if chosen != "torch":
+            return cls._load_exported(path, chosen, why, dev, dtype, encoder, limit, name, max_rows)
+        torch_dtype = resolve_dtype(dtype, dev)
         model = AutoModelForSequenceClassification.from_pretrained(
             path,
             local_files_only=True,
@@ -142,15 +182,57 @@ class SentimentModel:
         model.to(dev).eval()
         config = model.config
         labels = [str(config.id2label[i]) for i in range(config.num_labels)]
-        limit = sequence_limit(path, max_length)
-        return cls(model, encoder, labels, name or path.name, dev, torch_dtype, limit)
+        pad_id = getattr(config, "pad_token_id", None) or 0
+        count = sum(p.numel() for p in model.parameters())
+        backend_ = TorchBackend(model, dev)
+        return cls(
+            backend_,
+            encoder,
+            labels,
+            name or path.name,
+            dev,
+            torch_dtype,
+            limit,
+            pad_id,
+            count,
+            why,
+        )
+
+    @classmethod
+    def _load_exported(
+        cls,
+        path: Path,
+        backend: str,
+        why: str,
+        dev: torch.device,
+        dtype: str,
+        encoder: TextEncoder,
+        limit: int,
+        name: str | None,
+        max_rows: int,
+    ) -> SentimentModel:
+        # TensorRT builds FP16 engines; ONNX Runtime's CPU and CUDA providers run the FP32 graph.
+        runs = torch.float16 if backend == "tensorrt" else torch.float32
+        if dtype not in ("auto", dtype_name(runs)):
+            raise ModelLoadError(
+                f"backend {backend!r} runs {dtype_name(runs)}; set SENTIMENT_DTYPE=auto or "
+                f"{dtype_name(runs)}, or SENTIMENT_BACKEND=torch for {dtype}"
+            )
+        try:
+            runner = load_ort(backend, path, dev, trt_shapes=(max_rows, limit))
+        except BackendError as exc:
+            raise ModelLoadError(str(exc)) from None
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        labels = [str(config.id2label[i]) for i in range(config.num_labels)]
+        pad_id = getattr(config, "pad_token_id", None) or 0
+        count = parameter_count(path)
+        return cls(runner, encoder, labels, name or path.name, dev, runs, limit, pad_id, count, why)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
         """Tokenize texts (with special tokens) in one call, cutting each at `max_length`."""
         packed, truncated = self.encoder.encode(texts)
         return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
 
-    @torch.inference_mode()
     def predict(self, batch: Sequence[Sequence[int] | npt.NDArray[np.int32]]) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows (lists or arrays), padded
         to a multiple of 8."""
@@ -160,11 +242,7 @@ class SentimentModel:
         for row, ids in enumerate(batch):
             input_ids[row, : len(ids)] = ids
             mask[row, : len(ids)] = 1
-        logits = self.model(
-            input_ids=torch.from_numpy(input_ids).to(self.device),
-            attention_mask=torch.from_numpy(mask).to(self.device),
-        ).logits
-        probs: torch.Tensor = logits.float().softmax(dim=-1).cpu()
+        probs = self.backend.logits(input_ids, mask).softmax(dim=-1)
         if probs.shape != (len(batch), len(self.labels)):
             raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
         return probs

@@ -79,7 +79,10 @@ class ModelReplica:
             max_length=s.max_seq_len,
             name=s.model_name,
             allow_pickle=s.allow_pickle,
+            backend=s.backend,
+            max_rows=max(1, s.batch.micro_batch_tokens // 8),
         )
+        logger.info("backend %s (%s)", self.model.backend_name, self.model.backend_reason)
         self.batch = s.batch
         self.batcher: Batcher[Job, Scored] = Batcher(
             self._run,
@@ -136,6 +139,7 @@ class ModelReplica:
             "model": self.model.name,
             "device": str(self.model.device),
             "dtype": dtype_name(self.model.dtype),
+            "backend": self.model.backend_name,
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
         }
@@ -215,6 +219,7 @@ class ModelReplica:
     def _publish_gauges(self) -> None:
         m, model = self.metrics, self.model
         info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
+        info["backend"] = model.backend_name
         on_gpu = model.device.type == "cuda"
         while not self._stop.wait(self.settings.metrics_refresh_s):
             m.model_info.set(1, tags=info)

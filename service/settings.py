@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     model_name: str | None = Field(None, description="Name reported to clients; default dir name.")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    backend: Literal["auto", "torch", "onnx", "onnx-int8", "tensorrt"] = Field(
+        "auto",
+        description="What runs forwards: torch, onnx (ONNX Runtime FP32), onnx-int8, tensorrt "
+        "(ONNX Runtime's TensorRT provider, FP16); auto: the fastest `make parity` recorded "
+        "for this device type in the model's onnx/manifest.json, else torch.",
+    )
     max_seq_len: int = Field(256, ge=8, le=8192, description="Longer texts are cut to this.")
     torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
     warmup: bool = Field(True, description="Run every shape bucket once before /readyz is ready.")

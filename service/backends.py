@@ -1,0 +1,159 @@
+"""What runs a forward: PyTorch eager, or ONNX Runtime on an exported graph.
+
+Each backend takes one right-padded batch (int64 token ids and attention mask, rows x width)
+and returns float32 logits on the CPU. `SentimentModel` owns padding, softmax and the checks,
+so every backend answers the replica, the probe and the bench the same way.
+
+  torch      the Hugging Face model in PyTorch (FP16 on a GPU, FP32 on the CPU)
+  onnx       ONNX Runtime on `onnx/model-opt.onnx` (FP32): CPU provider, CUDA provider on GPU
+  onnx-int8  ONNX Runtime on `onnx/model-int8.onnx` (dynamic INT8 weights), CPU
+  tensorrt   ONNX Runtime's TensorRT provider on `onnx/model.onnx`, FP16 engines cached in
+             `onnx/trt-cache/` (needs onnxruntime-gpu built with TensorRT, and a GPU)
+  auto       what `make parity` measured fastest on this device type, else torch
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
+
+BACKENDS = ("torch", "onnx", "onnx-int8", "tensorrt")
+Ids = npt.NDArray[np.int64]
+
+
+class BackendError(RuntimeError):
+    """A backend cannot run here: its runtime, provider or export is missing."""
+
+
+class Backend(Protocol):
+    """One forward on a padded batch."""
+
+    name: str
+
+    def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
+        """Float32 logits on the CPU, one row per input row."""
+        ...
+
+
+class TorchBackend:
+    """The Hugging Face module in PyTorch, on its device and dtype."""
+
+    name = "torch"
+
+    def __init__(self, module: torch.nn.Module, device: torch.device) -> None:
+        self.module = module
+        self.device = device
+
+    @torch.inference_mode()
+    def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
+        """Forward on the model's device; logits come back as float32 on the CPU."""
+        out = self.module(
+            input_ids=torch.from_numpy(input_ids).to(self.device),
+            attention_mask=torch.from_numpy(mask).to(self.device),
+        ).logits
+        result: torch.Tensor = out.float().cpu()
+        return result
+
+
+class OrtBackend:
+    """An ONNX Runtime session on one exported graph."""
+
+    def __init__(self, name: str, session: Any) -> None:
+        self.name = name
+        self.session = session
+
+    def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
+        """Run the session; the graph's `logits` output as a float32 tensor."""
+        out = self.session.run(["logits"], {"input_ids": input_ids, "attention_mask": mask})[0]
+        return torch.from_numpy(np.asarray(out, dtype=np.float32))
+
+
+def resolve_backend(name: str, model_dir: Path, device: torch.device) -> tuple[str, str]:
+    """The concrete backend for a setting, and why: `auto` reads the recorded measurement,
+    falling back to torch when the measured backend cannot run here."""
+    if name != "auto":
+        if name not in BACKENDS:
+            raise BackendError(f"unknown backend {name!r}; use auto or one of {BACKENDS}")
+        return name, "asked for"
+    best, why = fastest_backend(model_dir, device.type)
+    if best != "torch" and _missing(best, device) is not None:
+        return "torch", f"{best} was measured fastest but cannot run here: {_missing(best, device)}"
+    return best, why
+
+
+def _missing(name: str, device: torch.device) -> str | None:
+    """Why backend `name` cannot run on `device`, or None when it can."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime is not installed (pip install 'sentiment-service[onnx]')"
+    available = ort.get_available_providers()
+    need = _providers(name, device, Path("."))[0]
+    provider = need if isinstance(need, str) else need[0]
+    if provider not in available:
+        return f"ONNX Runtime here has no {provider} (it has {', '.join(available)})"
+    return None
+
+
+def _providers(name: str, device: torch.device, model_dir: Path) -> list[Any]:
+    gpu: dict[str, Any] = {"device_id": device.index or 0}
+    if name == "tensorrt":
+        cache = str(Path(model_dir) / EXPORT_DIR / "trt-cache")
+        trt = {**gpu, "trt_fp16_enable": True, "trt_engine_cache_enable": True}
+        trt["trt_engine_cache_path"] = cache
+        return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", gpu)]
+    if device.type == "cuda":
+        return [("CUDAExecutionProvider", gpu)]
+    return ["CPUExecutionProvider"]
+
+
+def trt_profile(max_rows: int, max_length: int) -> dict[str, str]:
+    """TensorRT optimisation profile covering every shape the service sends: 1..max_rows rows
+    of 1..max_length tokens (one engine for all buckets, built once and cached)."""
+    shapes = {
+        "min": (1, 1),
+        "opt": (max(1, max_rows // 4), min(64, max_length)),
+        "max": (max_rows, max_length),
+    }
+    return {
+        f"trt_profile_{k}_shapes": f"input_ids:{r}x{w},attention_mask:{r}x{w}"
+        for k, (r, w) in shapes.items()
+    }
+
+
+def load_ort(
+    name: str,
+    model_dir: Path,
+    device: torch.device,
+    threads: int | None = None,
+    trt_shapes: tuple[int, int] = (512, 256),
+) -> OrtBackend:
+    """An ONNX Runtime backend on the verified export; BackendError says what is missing."""
+    reason = _missing(name, device)
+    if reason is not None:
+        hint = " TensorRT is untested in this project." if name == "tensorrt" else ""
+        raise BackendError(f"backend {name!r} cannot run on {device}: {reason}.{hint}")
+    if name == "onnx-int8" and device.type != "cpu":
+        raise BackendError("onnx-int8 runs on the CPU only; use onnx or tensorrt on a GPU")
+    import onnxruntime as ort
+
+    try:
+        path = checked_export(model_dir, name)
+    except ExportMismatch as exc:
+        raise BackendError(str(exc)) from exc
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # One forward at a time runs on the replica's forward thread; intra-op threads do the work.
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    providers = _providers(name, device, model_dir)
+    if name == "tensorrt":
+        providers[0][1].update(trt_profile(*trt_shapes))
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    return OrtBackend(name, session)
