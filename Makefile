@@ -16,6 +16,9 @@ LOADTEST_OUT ?= results/loadtest
 LOADTEST_ARGS ?=
 BENCH_OUT ?= results/bench
 BENCH_ARGS ?=
+PARITY_OUT ?= results/parity
+PARITY_ARGS ?=
+PROBE_ARGS ?=
 GPU_BUNDLE ?= .gpu-bundle
 GPU_BENCH_OUT ?= results/gpu-bench
 GPU_BENCH_ARGS ?=
@@ -31,7 +34,7 @@ SOAK_ARGS ?=
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
 	bench bench-overhead loadtest capacity probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
-	checkov-tools soak
+	checkov-tools soak export parity
 
 help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
@@ -42,6 +45,8 @@ help:
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
+	@echo "make export     ONNX (FP32 + INT8) copies of the default model for ONNX Runtime"
+	@echo "make parity     every backend vs torch on held-out texts, and their speed -> $(PARITY_OUT)"
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline, then checkov"
 	@echo "make soak       SOAK_MINUTES of the Locust soak shape against a service it starts; RSS"
 	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
@@ -78,7 +83,16 @@ bench-overhead: default-model
 	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
 
 probe: default-model
-	$(PY) -m service probe --model-path $(MODEL_DIR)
+	$(PY) -m service probe --model-path $(MODEL_DIR) $(PROBE_ARGS)
+
+# ONNX copies beside the HF files (idempotent); SENTIMENT_BACKEND=onnx|onnx-int8 serves them.
+export: default-model
+	$(PY) -m service export --model-path $(MODEL_DIR) --format onnx --quantize int8
+
+# Parity and in-process speed of every backend on the held-out split; records what held
+# parity in $(MODEL_DIR)/onnx/manifest.json for SENTIMENT_BACKEND=auto.
+parity: export
+	$(PY) -m loadtest.parity --model-path $(MODEL_DIR) --out $(PARITY_OUT) $(PARITY_ARGS)
 
 # Against a service that is already running (make serve, or LOADTEST_HOST=http://...).
 loadtest: $(STAMP)

@@ -100,14 +100,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"limit: in-process, {len(texts)} texts, budgets {plan.budgets} ...", flush=True)
     from loadtest.limit import measure, single_text_ms
 
-    model = SentimentModel.load(model_path, device=args.device, dtype=args.dtype)
+    # The limit and the service run the same backend: the service's Settings read it here.
+    os.environ["SENTIMENT_BACKEND"] = args.backend
+    model = SentimentModel.load(
+        model_path, device=args.device, dtype=args.dtype, backend=args.backend
+    )
     limit = measure(model, texts, plan.budgets)
     single_ms = single_text_ms(model, texts)
     on_gpu = model.device.type == "cuda"
     limit_peak = torch.cuda.max_memory_allocated(model.device) if on_gpu else 0
     info = {
         "name": model.name,
-        "parameters": sum(p.numel() for p in model.model.parameters()),
+        "parameters": model.parameters,
+        "backend": model.backend_name,
         "device": str(model.device),
         "dtype": dtype_name(model.dtype),
         "mean_tokens": round(sum(len(e.ids) for e in model.encode(texts)) / len(texts), 1),
@@ -230,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
+    parser.add_argument(
+        "--backend",
+        default=os.environ.get("SENTIMENT_BACKEND", "auto"),
+        help="torch, onnx, onnx-int8, tensorrt or auto, for the limit and the service",
+    )
     parser.add_argument(
         "--synthetic-bert-base",
         action="store_true",

@@ -1,0 +1,196 @@
+"""`python -m loadtest.parity` (`make parity`): every backend against torch FP32, one run.
+
+On the default model's held-out test split (the texts its `metrics.json` accuracy comes from;
+never training data) it reports, per backend: accuracy, max and mean absolute difference of
+probabilities against torch FP32, and label agreement; then in-process texts/s (tokenize, sort,
+planned forwards, as loadtest.limit measures the limit), interleaved round by round so every
+backend sees the same machine, with the ratio to torch. Backends that hold parity (FP32:
+max diff <= 1e-3; INT8: accuracy within 0.5 points of torch; all: >= 99.5% same label) are
+recorded with their speed in the model's onnx/manifest.json, where SENTIMENT_BACKEND=auto
+reads them. Writes parity.json and parity.md into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from loadtest.limit import run_once, single_text_ms
+from service.artifacts import read_manifest, weights_sha256, write_manifest
+from service.batching import plan_micro_batches
+from service.model import ModelLoadError, SentimentModel
+from service.settings import BatchConfig
+
+FP32_MAX_DIFF = 1e-3
+AGREEMENT = 0.995
+INT8_ACCURACY_LOSS = 0.005
+CANDIDATES = ("torch", "onnx", "onnx-int8")
+
+
+def held_out(data_dir: Path) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The default model's test split, rebuilt exactly as its build made it."""
+    from training.corpora import load_movie_sentences, load_tweets
+    from training.data import clean, stratified_split
+    from training.default_model import SPLIT_SEED, TEST_FRACTION
+
+    examples, _ = clean(load_tweets(data_dir) + load_movie_sentences(data_dir))
+    _, test = stratified_split(examples, TEST_FRACTION, SPLIT_SEED)
+    return [e.text for e in test], np.array([e.label for e in test])
+
+
+def probabilities(model: SentimentModel, texts: list[str]) -> npt.NDArray[np.float32]:
+    """Probabilities for every text, computed in the service's length-sorted forwards."""
+    ids = [e.ids for e in model.encode(texts)]
+    out = np.zeros((len(texts), len(model.labels)), dtype=np.float32)
+    budget = BatchConfig().micro_batch_tokens
+    for group in plan_micro_batches([len(i) for i in ids], budget, 192):
+        out[group] = model.predict([ids[i] for i in group]).numpy()
+    return out
+
+
+def compare(
+    probs: npt.NDArray[np.float32], ref: npt.NDArray[np.float32], labels: npt.NDArray[np.int64]
+) -> dict[str, float]:
+    """Accuracy, and how far these probabilities are from torch FP32's."""
+    diff = np.abs(probs - ref)
+    return {
+        "accuracy": round(float((probs.argmax(1) == labels).mean()), 5),
+        "max_abs_diff": float(f"{diff.max():.3g}"),
+        "mean_abs_diff": float(f"{diff.mean():.3g}"),
+        "label_agreement": round(float((probs.argmax(1) == ref.argmax(1)).mean()), 5),
+    }
+
+
+def holds(name: str, row: dict[str, float], torch_accuracy: float) -> bool:
+    """Whether a backend may serve in torch's place (the parity targets)."""
+    if row["label_agreement"] < AGREEMENT:
+        return False
+    if name.endswith("int8"):
+        return row["accuracy"] >= torch_accuracy - INT8_ACCURACY_LOSS
+    return row["max_abs_diff"] <= FP32_MAX_DIFF
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Load each backend, compare it with torch, then time them all, interleaved."""
+    torch.set_num_threads(args.threads)
+    texts, labels = held_out(args.data_dir)
+    models: dict[str, SentimentModel] = {}
+    for name in args.backends:
+        try:
+            models[name] = SentimentModel.load(
+                args.model_path, "cpu", "auto", args.max_length, backend=name
+            )
+        except ModelLoadError as exc:
+            print(f"{name}: skipped ({exc})", flush=True)
+    if "torch" not in models:
+        raise SystemExit("error: the torch backend is the reference and must load")
+    ref = probabilities(models["torch"], texts)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, model in models.items():
+        t0 = time.perf_counter()
+        rows[name] = compare(ref if name == "torch" else probabilities(model, texts), ref, labels)
+        print(f"{name}: {rows[name]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    speed_texts = texts[: args.speed_texts]
+    for model in models.values():  # warm every backend before any timing
+        run_once(model, speed_texts[:64], args.budgets[0])
+    runs: dict[str, list[float]] = {name: [] for name in models}
+    for r in range(args.rounds):
+        for name, model in models.items():
+            best = max(run_once(model, speed_texts, b) for b in args.budgets)
+            runs[name].append(best)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()))
+    base = max(runs["torch"])
+    for name, model in models.items():
+        rows[name]["texts_per_s"] = round(max(runs[name]), 1)
+        rows[name]["texts_per_s_runs"] = [round(v, 1) for v in runs[name]]
+        rows[name]["vs_torch"] = round(max(runs[name]) / base, 2)
+        rows[name]["single_text_ms"] = round(single_text_ms(model, speed_texts), 2)
+        rows[name]["holds_parity"] = holds(name, rows[name], rows["torch"]["accuracy"])
+    return {
+        "model": str(args.model_path),
+        "device": "cpu",
+        "threads": args.threads,
+        "max_length": args.max_length,
+        "texts": len(texts),
+        "speed_texts": len(speed_texts),
+        "rounds": args.rounds,
+        "budgets": args.budgets,
+        "backends": rows,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def record(model_path: Path, results: dict[str, Any]) -> None:
+    """Put the speeds of the backends that hold parity where `auto` looks for them."""
+    manifest = read_manifest(model_path)
+    rows = results["backends"]
+    manifest.setdefault("measurements", {})[results["device"]] = {
+        "weights_sha256": weights_sha256(model_path),
+        "texts_per_s": {name: row["texts_per_s"] for name, row in rows.items()},
+        "eligible": [name for name, row in rows.items() if row["holds_parity"]],
+        "source": "make parity (loadtest.parity)",
+        "threads": results["threads"],
+        "created": results["created"],
+    }
+    write_manifest(model_path, manifest)
+
+
+def table(results: dict[str, Any]) -> str:
+    """The report as a markdown table."""
+    lines = [
+        f"Parity and speed on {results['texts']} held-out texts (speed: {results['speed_texts']}"
+        f" texts, best of {results['rounds']} interleaved rounds, {results['threads']} threads)",
+        "",
+        "| backend | accuracy | max abs diff | mean abs diff | same label | texts/s | vs torch"
+        " | 1 text ms | holds parity |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in results["backends"].items():
+        lines.append(
+            f"| {name} | {r['accuracy']:.2%} | {r['max_abs_diff']:.2g} | "
+            f"{r['mean_abs_diff']:.2g} | {r['label_agreement']:.2%} | {r['texts_per_s']:.1f} | "
+            f"{r['vs_torch']:.2f}x | {r['single_text_ms']:.1f} | "
+            f"{'yes' if r['holds_parity'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, measure, print the table, write the reports and the measurement."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.parity", description=__doc__)
+    parser.add_argument("--model-path", type=Path, default=Path("models/default"))
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--out", type=Path, default=Path("results/parity"))
+    parser.add_argument("--backends", default=",".join(CANDIDATES), help="comma-separated")
+    parser.add_argument("--max-length", type=int, default=64, help="the recipe's test length")
+    parser.add_argument("--speed-texts", type=int, default=512, help="texts per timed run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    parser.add_argument("--budgets", default="1024,4096", help="micro-batch tokens tried")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-record", action="store_true", help="leave the manifest alone")
+    args = parser.parse_args(argv)
+    args.backends = [b for b in args.backends.split(",") if b]
+    args.budgets = [int(b) for b in args.budgets.split(",") if b]
+    results = measure(args)
+    if not args.no_record:
+        record(args.model_path, results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "parity.json").write_text(json.dumps(results, indent=2) + "\n")
+    report = table(results)
+    (args.out / "parity.md").write_text(report + "\n")
+    print("\n" + report)
+    print(f"wrote {args.out}/parity.json and parity.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
