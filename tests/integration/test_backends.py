@@ -1,0 +1,48 @@
+"""The service on an ONNX Runtime backend chosen by `auto` from a recorded measurement."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from service.artifacts import read_manifest, weights_sha256, write_manifest
+from service.export import export_onnx
+from service.model import SentimentModel
+from tests.integration.conftest import Cluster
+from tests.tiny_bert import SAMPLE_TEXT
+
+pytestmark = pytest.mark.integration
+
+
+def test_auto_serves_the_measured_fastest_backend(
+    cluster: Cluster, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    model_dir = tmp_path / "tiny-int8"
+    shutil.copytree(tiny_model_dir, model_dir)
+    export_onnx(model_dir, quantize="int8")
+    manifest = read_manifest(model_dir)
+    manifest["measurements"] = {
+        "cpu": {
+            "weights_sha256": weights_sha256(model_dir),
+            "texts_per_s": {"torch": 100.0, "onnx": 200.0, "onnx-int8": 250.0},
+            "eligible": ["torch", "onnx", "onnx-int8"],
+        }
+    }
+    write_manifest(model_dir, manifest)
+
+    app = cluster.deploy("int8", model_path=str(model_dir), backend="auto")
+    ready = app.ready()
+    assert ready["backend"] == "onnx-int8"  # warm-up ran every shape bucket on it: ready
+    answer = app.classify({"texts": SAMPLE_TEXT})
+    assert answer.status_code == 200
+    local = SentimentModel.load(model_dir, device="cpu", max_length=32).classify(SAMPLE_TEXT)
+    for result, expected in zip(answer.json()["results"], local, strict=True):
+        for label, p in expected.items():
+            assert result["probabilities"][label] == pytest.approx(p, abs=1e-2)
+    cluster.wait_for(
+        lambda: (
+            cluster.metric("ray_sentiment_model_info", application="int8", backend="onnx-int8") == 1
+        )
+    )
