@@ -105,6 +105,7 @@ def write_manifest(model_dir: Path, manifest: dict[str, Any]) -> Path:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     target = folder / MANIFEST
+    os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; the model files beside it are not
     os.replace(tmp, target)
     return target
 
