@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from service.batching import plan_micro_batches
+from service.calibration import calibrate
 from service.model import SentimentModel
 from service.settings import BatchConfig
 
@@ -19,12 +20,11 @@ class Limit:
     by_budget: dict[int, float]
 
 
-def run_once(model: SentimentModel, texts: list[str], budget: int) -> float:
+def run_once(model: SentimentModel, texts: list[str], budget: int, overhead: int) -> float:
     """Texts/s to tokenize all texts, sort by length, and forward under `budget` (planned with
-    the same overhead the service uses on this device)."""
+    `overhead`, the forward's fixed cost in tokens, as the service plans)."""
     t0 = time.perf_counter()
     ids = [e.ids for e in model.encode(texts)]
-    overhead = BatchConfig().overhead_for(model.device.type)
     for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
         model.predict([ids[i] for i in group])
     return len(texts) / (time.perf_counter() - t0)
@@ -32,9 +32,13 @@ def run_once(model: SentimentModel, texts: list[str], budget: int) -> float:
 
 def measure(model: SentimentModel, texts: list[str], budgets: list[int], repeats: int = 2) -> Limit:
     """Best of `repeats` runs per budget (the machine is shared: the best run is the least
-    disturbed one), after one warm-up pass."""
-    run_once(model, texts[: max(1, len(texts) // 8)], budgets[0])
-    by_budget = {b: max(run_once(model, texts, b) for _ in range(repeats)) for b in budgets}
+    disturbed one), after the service's own warm-up and overhead measurement."""
+    measured = calibrate(model, budgets[0]).overhead_tokens
+    overhead = BatchConfig().overhead_for(model.device.type, measured)
+    run_once(model, texts[: max(1, len(texts) // 8)], budgets[0], overhead)
+    by_budget = {
+        b: max(run_once(model, texts, b, overhead) for _ in range(repeats)) for b in budgets
+    }
     best = max(by_budget, key=by_budget.__getitem__)
     return Limit(by_budget[best], best, by_budget)
 

@@ -72,6 +72,7 @@ def forward_limit(model_path: Path, texts: list[str], device: str, dtype: str) -
     import torch
 
     from service.batching import plan_micro_batches
+    from service.calibration import calibrate
     from service.model import SentimentModel
     from service.settings import BatchConfig
 
@@ -81,8 +82,11 @@ def forward_limit(model_path: Path, texts: list[str], device: str, dtype: str) -
         model = SentimentModel.load(model_path, device=device, dtype=dtype)
         ids = [e.ids for e in model.encode(texts)]
         config = BatchConfig()
+        measured = calibrate(model, config.micro_batch_tokens).overhead_tokens
         plan = plan_micro_batches(
-            [len(i) for i in ids], config.micro_batch_tokens, config.overhead_for(model.device.type)
+            [len(i) for i in ids],
+            config.micro_batch_tokens,
+            config.overhead_for(model.device.type, measured),
         )
         best = 0.0
         for _ in range(4):  # the first pass warms up

@@ -26,11 +26,12 @@ from ray import serve
 
 from service.batcher import Batcher
 from service.batching import padded_cost, padding_ratio, plan_micro_batches
+from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.faults import with_faults
 from service.health import Watchdog
 from service.metrics import ModelMetrics
-from service.model import SentimentModel, dtype_name, round_up
+from service.model import SentimentModel, dtype_name
 from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings
 
@@ -111,8 +112,8 @@ class ModelReplica:
         self.probe = lambda: asyncio.get_running_loop().run_in_executor(
             self.executor, forward, probe
         )
-        if s.warmup:
-            self._warmup()
+        # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
+        self.calibration = self._warmup() if s.warmup else None
         # Ray forgets a gauge that is not set again within two export intervals, so a daemon
         # thread keeps re-publishing them (and samples GPU memory between batches).
         self._stop = threading.Event()
@@ -142,6 +143,7 @@ class ModelReplica:
             "backend": self.model.backend_name,
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
+            "forward_overhead_tokens": self._overhead(),
         }
 
     async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
@@ -174,7 +176,7 @@ class ModelReplica:
             return
         self.metrics.batch_texts.observe(len(live))
         loop = asyncio.get_running_loop()
-        overhead = self.batch.overhead_for(self.model.device.type)
+        overhead = self._overhead()
         budget = self.batch.micro_batch_tokens
         for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
             texts = live[group]
@@ -199,22 +201,24 @@ class ModelReplica:
         out: Probs = self.model.predict(rows).numpy()
         return out, time.perf_counter() - t0
 
-    def _warmup(self) -> None:
-        """Run each padded length bucket once, at one row and at a full micro-batch."""
+    def _overhead(self) -> int:
+        measured = self.calibration.overhead_tokens if self.calibration else None
+        return self.batch.overhead_for(self.model.device.type, measured)
+
+    def _warmup(self) -> Calibration:
+        """Run each padded length bucket at one row and at a full micro-batch; fit the cost."""
         t0 = time.perf_counter()
-        seed = self.model.encode(["warm up the model"])[0].ids
-        length, shapes = 8, 0
-        while True:
-            width = min(length, self.model.max_length)
-            ids = (seed * (width // len(seed) + 1))[:width]
-            rows = max(1, self.batch.micro_batch_tokens // round_up(width))
-            for n in sorted({1, rows}):
-                self.model.predict([ids] * n)
-                shapes += 1
-            if width >= self.model.max_length:
-                break
-            length *= 2
-        logger.info("warm-up: %d shapes in %.1fs", shapes, time.perf_counter() - t0)
+        found = calibrate(self.model, self.batch.micro_batch_tokens)
+        logger.info(
+            "warm-up: %d shapes in %.1fs; a forward costs %.2f ms + %.2f us per padded token "
+            "(overhead %s tokens)",
+            found.shapes,
+            time.perf_counter() - t0,
+            found.fixed_s * 1e3,
+            found.per_token_s * 1e6,
+            found.overhead_tokens,
+        )
+        return found
 
     def _publish_gauges(self) -> None:
         m, model = self.metrics, self.model

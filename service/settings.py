@@ -38,13 +38,16 @@ class BatchConfig(BaseModel):
     forward_overhead_tokens: int | None = Field(
         None,
         ge=0,
-        description="Fixed cost of one forward, in padded tokens; None: 192 on CPU, 2048 on GPU.",
+        description="Fixed cost of one forward, in padded tokens; None: measured at warm-up.",
     )
 
-    def overhead_for(self, device_type: str) -> int:
-        """The forward overhead the micro-batch planner weighs (see batching)."""
+    def overhead_for(self, device_type: str, measured: int | None = None) -> int:
+        """The forward overhead the micro-batch planner weighs (see batching): the configured
+        value, else the one measured at warm-up (service.calibration), else a default."""
         if self.forward_overhead_tokens is not None:
             return self.forward_overhead_tokens
+        if measured is not None:
+            return measured
         # Measured on CPU (2-core bench, MiniLM); a GPU forward's launch cost is far larger
         # relative to its per-token cost, so it prefers fewer, fuller forwards.
         return 2048 if device_type == "cuda" else 192

@@ -1,0 +1,94 @@
+"""Warm the model up and measure what a forward's fixed cost is worth in tokens.
+
+The micro-batch planner (service.batching) weighs one more forward against the padding a merge
+would add, so it needs a forward's fixed cost (Python, kernel launches) in units of padded
+tokens. That ratio differs by orders of magnitude between a tiny model on a CPU and BERT-base on
+a GPU, so it is measured on the replica's own hardware during warm-up, which runs every shape
+bucket anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from service.model import SentimentModel, round_up
+
+Forward = Callable[[list[list[int]]], object]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A forward costs about `fixed_s + per_token_s * padded tokens`."""
+
+    fixed_s: float
+    per_token_s: float
+    shapes: int  # (width, rows) shapes run
+
+    @property
+    def overhead_tokens(self) -> int | None:
+        """The fixed cost in padded tokens, what the planner weighs; None when the runs were
+        too noisy to show a cost per token (the planner then keeps its default)."""
+        if self.per_token_s <= 0:
+            return None
+        return round(self.fixed_s / self.per_token_s)
+
+
+def fit(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares line `seconds = fixed + per_token * tokens` through (tokens, seconds);
+    both kept non-negative (a noisy run must not make the planner merge or split at will)."""
+    n = len(samples)
+    if n < 2:
+        raise ValueError("need at least two samples to fit a line")
+    mean_x = sum(x for x, _ in samples) / n
+    mean_y = sum(y for _, y in samples) / n
+    var = sum((x - mean_x) ** 2 for x, _ in samples)
+    if var == 0:
+        raise ValueError("samples need at least two different token counts")
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in samples) / var
+    slope = max(slope, 0.0)
+    return max(mean_y - slope * mean_x, 0.0), slope
+
+
+def shapes(max_length: int, micro_batch_tokens: int) -> list[tuple[int, int]]:
+    """(width, rows) of every padded length bucket, at one row and at a full micro-batch."""
+    out: list[tuple[int, int]] = []
+    length = 8
+    while True:
+        width = min(length, max_length)
+        rows = max(1, micro_batch_tokens // round_up(width))
+        out += [(width, n) for n in sorted({1, rows})]
+        if width >= max_length:
+            return out
+        length *= 2
+
+
+def calibrate(
+    model: SentimentModel, micro_batch_tokens: int, fit_width: int = 64, repeats: int = 2
+) -> Calibration:
+    """Run every shape once (the warm-up: the first run of a shape pays one-time setup), then
+    time again, `repeats` times, the one-row shapes up to `fit_width` tokens and the full
+    micro-batch at `fit_width`, and fit the fastest runs.
+
+    Wider shapes are left out of the fit: attention grows with the square of the width, so
+    they are not on the line, and timing every full micro-batch again would triple a warm-up
+    that takes seconds on a CPU.
+    """
+    seed = model.encode(["warm up the model"])[0].ids
+    plan = shapes(model.max_length, micro_batch_tokens)
+    samples = []
+    for width, rows in plan:
+        batch = [(seed * (width // len(seed) + 1))[:width]] * rows
+        first = _timed(model.predict, batch)
+        if (width < fit_width and rows == 1) or width == min(fit_width, model.max_length):
+            best = min([first, *(_timed(model.predict, batch) for _ in range(repeats))])
+            samples.append((round_up(width) * rows, best))
+    fixed, per_token = fit(samples)
+    return Calibration(fixed, per_token, len(plan))
+
+
+def _timed(forward: Forward, batch: list[list[int]]) -> float:
+    t0 = time.perf_counter()
+    forward(batch)  # predict returns CPU probabilities: a GPU forward has finished by then
+    return time.perf_counter() - t0

@@ -1,0 +1,57 @@
+"""Warm-up calibration: the line fit, the shapes it runs, and a real tiny model measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.calibration import Calibration, calibrate, fit, shapes
+from service.model import SentimentModel
+from service.settings import BatchConfig
+
+
+def test_fit_recovers_a_line() -> None:
+    samples = [(t, 0.004 + 2e-6 * t) for t in (8, 64, 512, 4096)]
+    fixed, per_token = fit(samples)
+    assert fixed == pytest.approx(0.004)
+    assert per_token == pytest.approx(2e-6)
+    assert Calibration(fixed, per_token, 4).overhead_tokens == 2000
+
+
+def test_fit_never_goes_negative() -> None:
+    # Noise can tilt the line either way; a negative cost would make the planner misbehave.
+    fixed, per_token = fit([(8, 0.010), (4096, 0.009)])
+    assert per_token == 0.0
+    assert fixed == pytest.approx(0.0095)
+    assert Calibration(fixed, per_token, 2).overhead_tokens is None  # the default applies
+    fixed, per_token = fit([(8, 0.0), (4096, 0.5)])
+    assert fixed >= 0.0
+
+
+def test_fit_needs_two_token_counts() -> None:
+    with pytest.raises(ValueError):
+        fit([(64, 0.1)])
+    with pytest.raises(ValueError):
+        fit([(64, 0.1), (64, 0.2)])
+
+
+def test_shapes_cover_every_bucket_once_at_one_row_and_a_full_micro_batch() -> None:
+    assert shapes(32, 256) == [(8, 1), (8, 32), (16, 1), (16, 16), (32, 1), (32, 8)]
+    # The last bucket is the maximum length itself, even when it is not a power of two.
+    assert shapes(40, 80)[-2:] == [(40, 1), (40, 2)]
+
+
+def test_calibrating_a_real_model(tiny_model_dir: Path) -> None:
+    model = SentimentModel.load(tiny_model_dir, device="cpu", max_length=64)
+    found = calibrate(model, micro_batch_tokens=512)
+    assert found.shapes == len(shapes(64, 512))
+    # The figures depend on the machine; only their sense is fixed.
+    assert found.fixed_s >= 0.0 and found.per_token_s >= 0.0
+    assert found.overhead_tokens is None or found.overhead_tokens >= 0
+
+
+def test_configured_overhead_wins_over_the_measured_one() -> None:
+    assert BatchConfig().overhead_for("cpu", measured=700) == 700
+    assert BatchConfig(forward_overhead_tokens=50).overhead_for("cpu", measured=700) == 50
+    assert BatchConfig().overhead_for("cuda") == 2048  # nothing measured: the default
