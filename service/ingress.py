@@ -240,7 +240,8 @@ class Front:
     def __init__(self, api: FastAPI, answer: Callable[[Scope, Receive], Awaitable[Answer]]) -> None:
         self.api = api
         self.answer = answer
-        self.routes = api.routes
+        # Ray matches every request against these to label its metrics: the hot route first.
+        self.routes = sorted(api.routes, key=lambda r: getattr(r, "path", "") != CLASSIFY_PATH)
         self.router = api.router
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

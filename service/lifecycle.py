@@ -16,6 +16,9 @@ from pathlib import Path
 HAPROXY_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",  # HAProxy on the HTTP port, in front of the ingress
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",  # direct ingress, user code on the replica's loop
+    # Serve's controller wakes 10 times a second by default; twice is enough for deploys,
+    # health checks and autoscaling, and halves the CPU Ray spends while idle (measured).
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
 }
 # Local runs: a stopping ingress replica waits this long for HAProxy to stop sending it
 # requests (Ray's default, 30 s, suits a cluster's load balancers, not one machine).
