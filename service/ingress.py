@@ -111,6 +111,7 @@ class SentimentIngress:
                 info = await asyncio.wait_for(self._model_info(), 5.0)
             except Exception:
                 return error_response(NotReady("model is loading or warming up"))
+            self.model_ready = True  # the model answered: classify must not say otherwise
             ingress = serve.get_replica_context().replica_tag
             return JSONResponse({"status": "ready", **info, "ingress_replica": ingress})
 
