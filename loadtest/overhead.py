@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, serving
+from loadtest import cpu, hops, serving
 from loadtest.httpload import RunResult, bodies, closed_loop
+from service.encoding import TextEncoder
 
 LAYERS, HIDDEN, HEADS, INTERMEDIATE = 2, 64, 2, 128
 MODEL_GROUP = "SentimentModel"
@@ -37,10 +38,11 @@ class OverheadPlan:
     seconds: float
     warmup_s: float
     max_requests: int
+    hop_calls: int  # calls per hop in the one-client latency breakdown (loadtest.hops)
 
 
-FULL = OverheadPlan([1, 64, 256], 8.0, 2.0, 200_000)
-QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000)
+FULL = OverheadPlan([1, 64, 256], 8.0, 2.0, 200_000, 200)
+QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000, 10)
 
 
 def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0) -> Path:
@@ -164,6 +166,8 @@ def run(
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         rows = asyncio.run(measure(url, bodies(texts, 1), plan))
+        encoder = TextEncoder.load(tiny, settings.max_seq_len)
+        hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     return {
         "model": {
             "layers": LAYERS,
@@ -179,6 +183,7 @@ def run(
         "ingress_replicas": ingress_replicas,
         "forward_limit_texts_per_s": round(limit, 1),
         "levels": rows,
+        "hops": hop,
     }
 
 
@@ -229,6 +234,8 @@ def report_lines(section: dict[str, Any]) -> list[str]:
             f"{_num(r['model_replica_cpu_ms_per_text'])} | "
             f"{_num(r['forward_cpu_ms_per_text'])} | {r['errors']} |"
         )
+    if "hops" in section:
+        lines += ["", *hops.report_lines(section["hops"])]
     row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
     lines += [
         "",

@@ -27,6 +27,9 @@ INGRESSES = ("haproxy", "proxy")
 _state: dict[str, int] = {}
 
 
+SERVICE_APP = "bench-overhead"  # the application `local_service` runs
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,7 +193,7 @@ def local_service(settings: Settings, ingress: str, ingress_replicas: int) -> It
     from service.deployment import application
 
     with ray_serve(ingress, _cpus_needed(settings, ingress_replicas)) as base:
-        serve.run(application(settings), name="bench-overhead", route_prefix="/service")
+        serve.run(application(settings), name=SERVICE_APP, route_prefix="/service")
         yield f"{base}/service/v1/classify"
 
 

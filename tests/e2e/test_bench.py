@@ -63,3 +63,9 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
     assert [t["goal"] for t in section["targets"]] == [1.0, 0.1]
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
     assert table.count("\n| 256 | ") == 1
+    # The one-client latency breakdown: every hop measured and shown.
+    hops = section["hops"]
+    assert hops["calls_each"] > 0
+    hop_ms = [v for k, v in hops.items() if k.endswith("_ms")]
+    assert len(hop_ms) == 5 and all(v > 0 for v in hop_ms)
+    assert "| HTTP `/v1/classify`, one text (everything) |" in table

@@ -1,0 +1,107 @@
+"""Where a lone request's time goes: the latency of each hop of the request path, one at a time.
+
+At one client nothing is batched, so a request's latency is the sum of its hops. Measured on
+the running service, from the load generator's process: a Serve handle call to a deployment
+that does nothing (Ray's own cost of one hop between processes), the model replica's `info`
+(the same hop to the real replica), one text through `infer` (hop plus one forward), HTTP to
+`/healthz` (HAProxy and the ingress, no model) and to `/v1/classify` (everything).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from ray import serve
+
+from service.encoding import TextEncoder
+
+ECHO_APP = "hops-echo"
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Echo:
+    """A deployment that does nothing: the floor of one handle call."""
+
+    async def ping(self) -> int:
+        return 1
+
+
+def _median_ms(call: Callable[[], object], count: int) -> float:
+    for _ in range(max(1, count // 10)):  # warm: connections, code paths
+        call()
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def _post(url: str, body: bytes) -> Callable[[], object]:
+    def call() -> object:
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.read()
+
+    return call
+
+
+def _get(url: str) -> Callable[[], object]:
+    def call() -> object:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read()
+
+    return call
+
+
+def measure(classify_url: str, app_name: str, encoder: TextEncoder, count: int) -> dict[str, Any]:
+    """Median milliseconds of each hop, `count` calls each, one at a time."""
+    serve.run(Echo.bind(), name=ECHO_APP, route_prefix=f"/{ECHO_APP}")  # type: ignore[attr-defined]
+    try:
+        echo = serve.get_deployment_handle("Echo", app_name=ECHO_APP)
+        model = serve.get_deployment_handle("SentimentModel", app_name=app_name)
+        text = "the battery lasts two days and the screen is bright"
+        packed, _ = encoder.encode([text])
+        budget = np.array([10.0], dtype=np.float32)
+        body = json.dumps({"text": text}).encode()
+        health = classify_url.replace("/v1/classify", "/healthz")
+        return {
+            "handle_call_to_empty_deployment_ms": _median_ms(
+                lambda: echo.ping.remote().result(), count
+            ),
+            "handle_call_to_model_info_ms": _median_ms(lambda: model.info.remote().result(), count),
+            "handle_call_infer_one_text_ms": _median_ms(
+                lambda: model.infer.remote(packed, budget).result(), count
+            ),
+            "http_healthz_ms": _median_ms(_get(health), count),
+            "http_classify_one_text_ms": _median_ms(_post(classify_url, body), count),
+            "calls_each": count,
+        }
+    finally:
+        serve.delete(ECHO_APP)
+
+
+def report_lines(hops: dict[str, Any]) -> list[str]:
+    """A markdown table of the hops."""
+    names = {
+        "handle_call_to_empty_deployment_ms": "Serve handle call to a deployment that does nothing",
+        "handle_call_to_model_info_ms": "handle call to the model replica's `info`",
+        "handle_call_infer_one_text_ms": "handle call `infer`, one text (hop + one forward)",
+        "http_healthz_ms": "HTTP `/healthz` (HAProxy + ingress, no model)",
+        "http_classify_one_text_ms": "HTTP `/v1/classify`, one text (everything)",
+    }
+    lines = [
+        f"Latency of each hop at one client (median of {hops['calls_each']} calls, "
+        "from the load generator's process):",
+        "",
+        "| hop | ms |",
+        "|---|---:|",
+    ]
+    lines += [f"| {label} | {hops[key]} |" for key, label in names.items()]
+    return [*lines, ""]
