@@ -15,12 +15,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import ApiKeys
-from service.coalescer import Coalescer, Reply
+from service.coalescer import Coalescer, Reply, resend_on
 from service.encoding import Packed, Scored, TextEncoder, labels_of
 from service.errors import (
     DeadlineExceeded,
@@ -72,9 +73,12 @@ class SentimentIngress:
         self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
         self.batch = s.batch
         self.metrics = IngressMetrics()
+        # A model replica that dies (crash, SIGKILL, lost node) fails the calls it held; each
+        # is sent once more, and Serve's router picks a live replica or waits for a new one.
+        call = resend_on((RayActorError,), self._call_model, self._count_resend)
         self.coalescer = Coalescer(
             TextEncoder.load(s.model_path, s.max_seq_len),
-            self._call_model,
+            call,
             max_texts=s.batch.max_batch_texts,
             in_flight=s.ingress_calls_in_flight,
             observe=self._observe_call,
@@ -198,6 +202,9 @@ class SentimentIngress:
         scored: Scored = await self.model.infer.remote(packed, budgets)
         return scored
 
+    def _count_resend(self) -> None:
+        self._counts["resent", ""] += 1
+
     async def _model_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await self.model.info.remote()
         return info
@@ -229,6 +236,8 @@ class SentimentIngress:
                     m.requests.inc(value, tags={"status": tag})
                 elif kind == "rejected":
                     m.rejections.inc(value, tags={"reason": tag})
+                elif kind == "resent":
+                    m.resent_calls.inc(value)
                 else:
                     (m.texts if kind == "texts" else m.truncated).inc(value)
             m.pending_texts.set(self.pending)

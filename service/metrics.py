@@ -56,6 +56,10 @@ class IngressMetrics:
             description="Requests refused, by reason (validation, too_large, overloaded, ...).",
             tag_keys=("reason",),
         )
+        self.resent_calls = Counter(
+            PREFIX + "resent_model_calls",
+            description="Model calls sent once more because their model replica died.",
+        )
         self.pending_texts = Gauge(
             PREFIX + "pending_texts",
             description="Texts an ingress replica admitted and has not answered yet.",
