@@ -84,7 +84,10 @@ def calibrate(
         if (width < fit_width and rows == 1) or width == min(fit_width, model.max_length):
             best = min([first, *(_timed(model.predict, batch) for _ in range(repeats))])
             samples.append((round_up(width) * rows, best))
-    fixed, per_token = fit(samples)
+    try:
+        fixed, per_token = fit(samples)
+    except ValueError:  # one token count only (a micro-batch of one row): nothing to fit
+        fixed, per_token = 0.0, 0.0
     return Calibration(fixed, per_token, len(plan))
 
 

@@ -55,3 +55,11 @@ def test_configured_overhead_wins_over_the_measured_one() -> None:
     assert BatchConfig().overhead_for("cpu", measured=700) == 700
     assert BatchConfig(forward_overhead_tokens=50).overhead_for("cpu", measured=700) == 50
     assert BatchConfig().overhead_for("cuda") == 2048  # nothing measured: the default
+
+
+def test_a_one_row_micro_batch_leaves_the_default_in_force(tiny_model_dir: Path) -> None:
+    # max length = micro-batch budget: every shape has one row, so there is no line to fit.
+    model = SentimentModel.load(tiny_model_dir, device="cpu", max_length=8)
+    found = calibrate(model, micro_batch_tokens=8)
+    assert found.overhead_tokens is None
+    assert BatchConfig().overhead_for("cpu", found.overhead_tokens) == 192
