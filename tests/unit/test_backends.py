@@ -30,8 +30,10 @@ from tests.tiny_bert import SAMPLE_TEXT
 
 FP32_BOUND = 1e-3  # max abs difference of probabilities, FP32 backends vs torch FP32
 # Dynamic INT8 moves probabilities more: on this model's retrainings a mean of 0.0002-0.0015
-# and a maximum of 0.02-0.17 on one borderline text; broken quantization moves them far more.
-INT8_MEAN_BOUND, INT8_MAX_BOUND = 0.01, 0.3
+# and a 99th percentile of 0.002-0.03. The single largest move, on one borderline text, ranged
+# from 0.02 to 0.37 across CPUs (ONNX Runtime picks INT8 kernels by instruction set), so it is
+# reported, not bounded; broken quantization moves most texts far more.
+INT8_MEAN_BOUND, INT8_P99_BOUND = 0.01, 0.1
 AGREEMENT = 0.995  # same label as torch FP32 on at least this share of texts
 POSITIVE_WORDS = set(" ".join(SAMPLE_TEXT[0::2]).replace(",", "").split())
 
@@ -132,8 +134,10 @@ def test_onnx_int8_stays_within_its_bound(exported_dir: Path) -> None:
     texts = _texts()
     ref = _probs(exported_dir, "torch", texts)
     got = _probs(exported_dir, "onnx-int8", texts)
-    assert np.abs(got - ref).mean() <= INT8_MEAN_BOUND
-    assert np.abs(got - ref).max() <= INT8_MAX_BOUND
+    moved = np.abs(got - ref)[:, 1]
+    largest = f"largest move {moved.max():.3f}"
+    assert moved.mean() <= INT8_MEAN_BOUND, largest
+    assert np.quantile(moved, 0.99) <= INT8_P99_BOUND, largest
     assert (got.argmax(1) == ref.argmax(1)).mean() >= AGREEMENT
 
 
