@@ -85,6 +85,12 @@ class Cluster:
         self.wait_for(lambda: _serves(app, user_config), timeout=180)
         return app
 
+    def remove(self, *names: str) -> None:
+        """Shut applications down (gracefully, as `serve deploy` does for a dropped app)."""
+        for name in names:
+            del self.apps[name]
+        self.apply()
+
     def apply(self) -> None:
         """`serve deploy` the whole config; apps missing from it are shut down gracefully."""
         self.config_path.write_text(yaml.safe_dump({"applications": list(self.apps.values())}))
@@ -155,6 +161,21 @@ def cluster(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     yield c
     serve.shutdown()
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _remove_test_apps(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Shut down the applications a test deployed once it ends: idle replicas of finished
+    tests would otherwise keep polling and exporting beside every later test on few cores."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    before = set(cluster.apps)
+    yield
+    added = set(cluster.apps) - before
+    if added:
+        cluster.remove(*added)
 
 
 @pytest.fixture(scope="session")

@@ -58,8 +58,7 @@ def app(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         graceful_shutdown_timeout_s=1.0,
     )
     yield Keyed(deployed.name, deployed.url)
-    del cluster.apps["hardened"]
-    cluster.apply()
+    cluster.remove("hardened")
 
 
 def test_api_keys_guard_classify_only(app: Keyed) -> None:

@@ -83,8 +83,7 @@ def deployed(cluster: Cluster) -> Iterator[Deployed]:
 
     cluster.wait_for(ready, timeout=180)
     yield deployed
-    del cluster.apps[APP]
-    cluster.apply()
+    cluster.remove(APP)
 
 
 def rule_groups() -> list[dict[str, Any]]:
