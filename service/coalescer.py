@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from service.encoding import Packed, Scored, TextEncoder
-from service.retry import status_error
+from service.encoding import Packed, Scored, TextEncoder, status_error
 
 ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
 

@@ -15,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
+from service.errors import DeadlineExceeded, InternalError, ServiceError
+
 IdArray = npt.NDArray[np.int32]
 # A model call's answer: probabilities [texts, labels] and a status per text.
 Scored = tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]
@@ -85,3 +87,10 @@ class TextEncoder:
         encodings = self.tokenizer.encode_batch(texts)
         packed = pack([e.ids for e in encodings])
         return packed, [bool(e.overflowing) for e in encodings]
+
+
+def status_error(status: npt.NDArray[np.uint8]) -> ServiceError:
+    """The error of a request with a text not OK: 500 when one failed, else 504 (expired)."""
+    if (status == FAILED).any():
+        return InternalError()
+    return DeadlineExceeded("deadline passed while queued")

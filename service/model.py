@@ -6,7 +6,6 @@ token ids, `predict(batch of id lists) -> probabilities`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +17,13 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from service.backends import Backend, BackendError, TorchBackend, load_ort, resolve_backend
 from service.encoding import TextEncoder, sequence_limit
+from service.modeldir import ModelLoadError, check_model_dir
+
+__all__ = ["ModelLoadError", "SentimentModel", "check_model_dir"]
 
 PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-class ModelLoadError(RuntimeError):
-    """The model directory is missing or is not a sequence-classification model."""
 
 
 @dataclass(frozen=True)
@@ -75,35 +73,6 @@ def parameter_count(path: Path) -> int:
 def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
     """Round a sequence length up to the padding multiple."""
     return -(-length // multiple) * multiple
-
-
-PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
-
-
-def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
-    """Fail with a readable message when `path` is not a usable model directory, or when its
-    only weights are pickle files and `allow_pickle` is off (unpickling can run any code)."""
-    config = path / "config.json"
-    if not config.is_file():
-        raise ModelLoadError(
-            f"no model at {path} (config.json missing). Build the default model with "
-            "`make model`, or set SENTIMENT_MODEL_PATH to a Hugging Face "
-            "sequence-classification model directory."
-        )
-    if not any(path.glob("tokenizer*.json")) and not (path / "vocab.txt").is_file():
-        raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json or vocab.txt)")
-    id2label = json.loads(config.read_text()).get("id2label")
-    if not id2label:
-        raise ModelLoadError(f"{config} has no id2label: it is not a classification model")
-    if allow_pickle or any(path.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for pattern in PICKLE_WEIGHTS for p in path.glob(pattern))
-    if pickles:
-        raise ModelLoadError(
-            f"{path} has only pickle weights ({', '.join(pickles[:3])}), which can run code "
-            "when loaded. Convert them to safetensors (save_pretrained does by default), or "
-            "set SENTIMENT_ALLOW_PICKLE=true if you trust this directory."
-        )
 
 
 class SentimentModel:

@@ -16,7 +16,6 @@ import numpy.typing as npt
 import torch
 
 from service.encoding import EXPIRED, FAILED, OK, Scored
-from service.errors import DeadlineExceeded, InternalError, ServiceError
 
 logger = logging.getLogger("ray.serve")
 
@@ -78,13 +77,6 @@ class SplittingForward:
             )
         probs[start : start + len(rows)] = out
         return seconds
-
-
-def status_error(status: npt.NDArray[np.uint8]) -> ServiceError:
-    """The error of a request with a text not OK: 500 when one failed, else 504 (expired)."""
-    if (status == FAILED).any():
-        return InternalError()
-    return DeadlineExceeded("deadline passed while queued")
 
 
 def expired_scores(texts: int, labels: int) -> Scored:

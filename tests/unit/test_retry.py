@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from service import faults
-from service.encoding import EXPIRED, FAILED, OK
+from service.encoding import EXPIRED, FAILED, OK, status_error
 from service.errors import DeadlineExceeded, InternalError
 from service.faults import InjectedFault, with_faults
-from service.retry import Rows, SplittingForward, failure_reason, status_error
+from service.retry import Rows, SplittingForward, failure_reason
 
 
 def rows(*values: int) -> Rows:
