@@ -70,7 +70,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
-    from service import lifecycle
+    from service import drain, lifecycle
 
     if settings.haproxy:
         lifecycle.use_haproxy()  # read by Ray at import time, here and in its workers
@@ -96,6 +96,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
             address="local", include_dashboard=False, _metrics_export_port=settings.metrics_port
         )
     serve.start(http_options={"host": settings.host, "port": settings.port})
+    drain.clear(settings.app_name)  # a joined cluster may remember an earlier run's drain
     model_app, ingress_app = tiers(settings)
     serve.run(model_app, name=model_app_name(settings), route_prefix=None)
     serve.run(ingress_app, name=settings.app_name, route_prefix=settings.route_prefix)
@@ -118,20 +119,40 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print("shutting down: draining requests in flight ...", flush=True)
-    # The ingress application drains first (no new requests reach it, those in flight finish)
-    # while the model still answers its calls; then the model. Stopping both at once would
-    # leave texts queued in an ingress with no model to call, and serve.shutdown() alone
-    # tears the HTTP front down with them.
-    serve.delete(settings.app_name)
-    serve.delete(model_app_name(settings))
+    _drain_and_stop(settings)
+    print("stopped", flush=True)
+    return 0
+
+
+def _drain_and_stop(settings: Settings) -> None:
+    """Stop without a moment of 404: the ingress answers 503 to new requests while those in
+    flight finish (service/drain.py), HAProxy stops listening, then Serve and Ray stop.
+    Deleting the applications first would remove the route while clients still send."""
+    import ray
+    from ray import serve
+
+    from service import drain, lifecycle
+    from service.deployment import INGRESS
+
+    app = settings.app_name
+    status = serve.status().applications.get(app)
+    states = status.deployments[INGRESS].replica_states.items() if status else []
+    running = sum(count for state, count in states if state == "RUNNING")
+    drain.request(app)
+    # Every request admitted is answered or expired by its deadline.
+    done = drain.wait_drained(app, running, settings.request_timeout_s + 2 * drain.DRAIN_POLL_S)
+    if done < running:
+        print(f"{running - done} ingress replica(s) still had requests at their deadline")
+    if settings.haproxy:
+        # A soft stop: HAProxy closes its listener (new connections are refused, which a load
+        # balancer retries elsewhere) and finishes the connections it holds.
+        lifecycle.stop_listeners(settings.port, first=signal.SIGUSR1)
     serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
     # A reloaded HAProxy can outlive Ray and keep the port; the next start could not bind it.
     leftovers = lifecycle.stop_listeners(settings.port)
     if leftovers:
         print(f"stopped HAProxy processes left holding port {settings.port}: {leftovers}")
-    print("stopped", flush=True)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,8 +68,8 @@ def model_app_name(settings: Settings) -> str:
 
 
 def tiers(settings: Settings) -> tuple[Application, Application]:
-    """The tiers as two applications, model first: the ingress application can then be
-    deleted (and drained) on its own while the model still answers its calls."""
+    """The tiers as two applications, model first; the ingress finds the model replicas by
+    the model application's name, so either can be updated on its own."""
     args = settings.model_dump(mode="json")
     model = model_deployment(settings).bind(args)
     return model, ingress_deployment(settings).bind(args, model_app_name(settings))

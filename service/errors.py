@@ -104,6 +104,16 @@ class NotReady(ServiceError):
     status, code, reason = 503, "not_ready", "not_ready"
 
 
+class ShuttingDown(ServiceError):
+    """The service is draining before it stops: try again (elsewhere) shortly."""
+
+    status, code, reason = 503, "shutting_down", "draining"
+
+    def __init__(self, retry_after_s: int) -> None:
+        message = "the service is shutting down; retry shortly"
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
 class DeadlineExceeded(ServiceError):
     """The request's deadline passed before its texts were computed."""
 

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import ApiKeys
 from service.coalescer import Coalescer, Reply, resend_on
+from service.drain import DrainWatch
 from service.encoding import Packed, Scored, TextEncoder, labels_of
 from service.errors import (
     DeadlineExceeded,
@@ -29,6 +30,7 @@ from service.errors import (
     NotReady,
     Overloaded,
     ServiceError,
+    ShuttingDown,
     error_response,
 )
 from service.http import (
@@ -41,7 +43,7 @@ from service.http import (
     send_json,
 )
 from service.metrics import IngressMetrics
-from service.model import check_model_dir
+from service.modeldir import check_model_dir
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
 from service.settings import BatchConfig, Settings
 
@@ -86,6 +88,9 @@ class SentimentIngress:
         self.pending = 0
         self.model_ready = False  # set once the model replica has answered
         self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
+        context = serve.get_replica_context()
+        self.drain = DrainWatch(context.app_name, context.replica_tag, lambda: self.pending)
+        self._drain_task = asyncio.get_running_loop().create_task(self.drain.run())
         # Counters are summed here and published once per refresh: one Ray metric call per
         # request (the latency histogram) instead of three.
         self._counts: Counter[tuple[str, str]] = Counter()
@@ -111,6 +116,8 @@ class SentimentIngress:
         @api.get("/readyz", responses={503: ERROR_RESPONSES[503]})
         async def readyz() -> JSONResponse:
             """Ready: a model replica has loaded and warmed its model, and answers."""
+            if self.drain.draining:
+                return error_response(ShuttingDown(self.settings.retry_after_s))
             try:
                 info = await asyncio.wait_for(self._model_info(), 5.0)
             except Exception:
@@ -160,6 +167,8 @@ class SentimentIngress:
             texts = parse_request(raw, self.request_model).all_texts()
         if not self.model_ready:
             raise NotReady("model is loading or warming up")
+        if self.drain.draining:
+            raise ShuttingDown(s.retry_after_s)
         n = len(texts)
         if self.pending + n > self.batch.max_pending_texts:
             raise Overloaded(

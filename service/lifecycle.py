@@ -62,11 +62,17 @@ def listeners(port: int) -> dict[int, str]:
     return found
 
 
-def stop_listeners(port: int, name: str = "haproxy", timeout_s: float = 10.0) -> list[int]:
-    """End the `name` processes still listening on `port` (TERM, then KILL); their pids."""
+def stop_listeners(
+    port: int,
+    name: str = "haproxy",
+    timeout_s: float = 10.0,
+    first: signal.Signals = signal.SIGTERM,
+) -> list[int]:
+    """End the `name` processes still listening on `port` (`first`, then KILL); their pids.
+    HAProxy takes SIGUSR1 as a soft stop: it closes its listeners and finishes what it holds."""
     stopped: list[int] = []
     deadline = time.monotonic() + timeout_s
-    sig = signal.SIGTERM
+    sig = first
     while True:
         pids = [pid for pid, comm in listeners(port).items() if comm == name]
         if not pids or time.monotonic() > deadline:

@@ -101,7 +101,12 @@ class ModelReplica:
         # Faults (tests only) inside the watchdog inside the split-and-retry (service.retry).
         self.watchdog = Watchdog(s.health_stall_s)
         forward = self.watchdog.watch(
-            with_faults(self._forward, s.fault_forward_min_texts, s.fault_hang_min_tokens)
+            with_faults(
+                self._forward,
+                s.fault_forward_min_texts,
+                s.fault_hang_min_tokens,
+                s.fault_slow_forward_s,
+            )
         )
         self.forward = SplittingForward(
             forward,

@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     fault_hang_min_tokens: int | None = Field(
         None, ge=1, description="Testing only: every forward with a text this long (tokens) hangs."
     )
+    fault_slow_forward_s: float | None = Field(
+        None, gt=0.0, le=60.0, description="Testing only: every forward takes this much longer."
+    )
 
     batch: BatchConfig = Field(default_factory=BatchConfig)
 

@@ -35,6 +35,18 @@ def wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 240) -> N
     raise AssertionError(f"{url} not ready within {timeout}s")
 
 
+def send_until_refused(url: str, limit: int = 5000) -> list[requests.Response]:
+    """One request after another until the server stops accepting connections."""
+    answers: list[requests.Response] = []
+    with requests.Session() as session:
+        for i in range(limit):
+            try:
+                answers.append(session.post(url, json={"text": f"late {i}"}, timeout=30))
+            except requests.ConnectionError:
+                break
+    return answers
+
+
 def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
     env = {
@@ -69,7 +81,7 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "metrics never appeared on the metrics port"
             time.sleep(1)
 
-        with ThreadPoolExecutor(max_workers=4) as pool:
+        with ThreadPoolExecutor(max_workers=5) as pool:
             futures = [
                 pool.submit(
                     requests.post, f"{base}/v1/classify", json={"text": f"t{i}"}, timeout=60
@@ -78,8 +90,17 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
             ]
             time.sleep(0.4)
             proc.send_signal(signal.SIGTERM)
+            later = pool.submit(send_until_refused, f"{base}/v1/classify")
             codes = [f.result().status_code for f in futures]
-        assert codes == [200] * 4
+            after = later.result()
+        assert codes == [200] * 4, "requests in flight at SIGTERM are answered"
+        # Requests sent while it drains are refused with 503 (a load balancer retries those),
+        # never 404, until the listener closes.
+        assert {r.status_code for r in after} <= {200, 503}, [r.status_code for r in after]
+        refused = [r for r in after if r.status_code == 503]
+        assert refused, "no request met the drain"
+        assert all(r.headers["Retry-After"] == "1" for r in refused)
+        assert {r.json()["error"]["code"] for r in refused} == {"shutting_down"}
         assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:
