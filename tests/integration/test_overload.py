@@ -67,8 +67,43 @@ def test_removing_an_app_finishes_requests_in_flight(cluster: Cluster) -> None:
         futures = [pool.submit(send, i) for i in range(8)]
         started.wait()
         time.sleep(0.5)  # requests are now waiting in the replica's batch queue
-        del cluster.apps["drain"]
-        cluster.apply()
+        cluster.remove("drain")
         responses = [f.result() for f in futures]
     assert [r.status_code for r in responses] == [200] * 8
     assert all(len(r.json()["results"]) == 1 for r in responses)
+
+
+def test_the_readiness_probe_path_answers_while_the_service_is_saturated(
+    cluster: Cluster,
+) -> None:
+    """Pods probe `/-/healthz`, which Ray's front answers itself (the Python proxy here, HAProxy
+    in production), never through the ingress's queue: load cannot fail the probe."""
+    app = cluster.deploy(
+        "saturated",
+        batch={"max_pending_texts": 4},
+        max_texts_per_request=4,
+        fault_slow_forward_s=0.5,
+    )
+    stop = time.monotonic() + 4.0
+
+    def client(i: int) -> list[int]:
+        codes = []
+        with requests.Session() as session:
+            while time.monotonic() < stop:
+                body = {"text": f"flash sale {i}"}
+                codes.append(
+                    session.post(f"{app.url}/v1/classify", json=body, timeout=30).status_code
+                )
+        return codes
+
+    probe = f"http://127.0.0.1:{cluster.http_port}/-/healthz"
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        loads = [pool.submit(client, i) for i in range(24)]
+        time.sleep(1.0)  # the queue is full by now
+        probes = []
+        while time.monotonic() < stop:
+            probes.append(requests.get(probe, timeout=2).status_code)  # the pods' probe timeout
+            time.sleep(0.2)
+        codes = [code for future in loads for code in future.result()]
+    assert set(codes) <= {200, 429} and codes.count(429) > codes.count(200) > 0, codes
+    assert probes and set(probes) == {200}, probes
