@@ -51,6 +51,25 @@ def pack(rows: list[list[int]]) -> Packed:
     return Packed(flat, offsets)
 
 
+def concat(parts: list[Packed]) -> Packed:
+    """Several packed id arrays as one, rows in order (one call from many requests)."""
+    if len(parts) == 1:
+        return parts[0]
+    lengths = np.concatenate([p.lengths() for p in parts])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Packed(np.concatenate([p.ids for p in parts]), offsets)
+
+
+def fast_tokenizer(model_dir: Path) -> Tokenizer:
+    """A copy of a HF model directory's fast tokenizer (converted from vocab.txt if needed):
+    settings changed on it (truncation, padding) never leak into the HF tokenizer's calls."""
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    return Tokenizer.from_str(hf.backend_tokenizer.to_str())
+
+
 def labels_of(model_dir: Path) -> list[str]:
     """Label names in output order, from the model's config.json."""
     id2label = json.loads((Path(model_dir) / "config.json").read_text())["id2label"]
@@ -74,13 +93,8 @@ class TextEncoder:
 
     @classmethod
     def load(cls, model_dir: Path, max_length: int) -> TextEncoder:
-        """The fast tokenizer of a HF model directory (converted from vocab.txt if needed)."""
-        from transformers import AutoTokenizer
-
-        hf = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-        # A copy: truncation set here must not leak into the HF tokenizer's own calls.
-        backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
-        return cls(backend, sequence_limit(model_dir, max_length))
+        """The fast tokenizer of a HF model directory, cutting at `max_length` tokens."""
+        return cls(fast_tokenizer(model_dir), sequence_limit(model_dir, max_length))
 
     def encode(self, texts: list[str]) -> tuple[Packed, list[bool]]:
         """Ids of every text (special tokens included), and whether each was cut."""

@@ -74,7 +74,26 @@ class Settings(BaseSettings):
         "(ONNX Runtime's TensorRT provider, FP16); auto: the fastest `make parity` recorded "
         "for this device type in the model's onnx/manifest.json, else torch.",
     )
-    max_seq_len: int = Field(256, ge=8, le=8192, description="Longer texts are cut to this.")
+    max_seq_len: int = Field(
+        256, ge=8, le=8192, description="Tokens per forward row: a text, or one window of one."
+    )
+    long_texts: Literal["chunk", "truncate"] = Field(
+        "chunk",
+        description="A text over max_seq_len tokens: chunk (overlapping windows, probabilities "
+        "averaged by window length) or truncate (cut to its first max_seq_len tokens).",
+    )
+    max_windows: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Windows one text may use when chunking; a longer text keeps its first "
+        "max_windows - 1 windows and its last one, and is flagged truncated.",
+    )
+    window_overlap: int | None = Field(
+        None,
+        ge=0,
+        description="Tokens consecutive windows share; None: an eighth of max_seq_len.",
+    )
     torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
     warmup: bool = Field(True, description="Run every shape bucket once before /readyz is ready.")
 
@@ -112,7 +131,9 @@ class Settings(BaseSettings):
     graceful_shutdown_timeout_s: float = Field(30.0, ge=0.0)
 
     max_texts_per_request: int = Field(64, ge=1)
-    max_text_chars: int = Field(4000, ge=1)
+    max_text_chars: int = Field(
+        20_000, ge=1, description="Characters per text (str length, not bytes or tokens)."
+    )
     max_body_bytes: int = Field(1_000_000, ge=64)
     request_timeout_s: float = Field(10.0, gt=0.0, description="Deadline; past it, 504.")
     retry_after_s: int = Field(1, ge=0, description="Retry-After sent with 429.")
@@ -161,6 +182,11 @@ class Settings(BaseSettings):
                 f"batch.max_batch_tokens ({self.batch.max_batch_tokens}) and "
                 f"batch.micro_batch_tokens ({self.batch.micro_batch_tokens}) must be at least "
                 f"max_seq_len ({need})"
+            )
+        if self.window_overlap is not None and self.window_overlap > self.max_seq_len // 2:
+            raise ValueError(
+                f"window_overlap ({self.window_overlap}) must be at most half of max_seq_len "
+                f"({self.max_seq_len}), or windows would barely advance"
             )
         if self.batch.max_pending_texts < self.max_texts_per_request:
             raise ValueError(

@@ -56,9 +56,16 @@ def build_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokeni
 
 
 def build_tiny_bert(
-    out_dir: Path, texts: list[str] | None = None, seed: int = 0, max_positions: int = 128
+    out_dir: Path,
+    texts: list[str] | None = None,
+    seed: int = 0,
+    max_positions: int = 128,
+    init_range: float = 0.02,
 ) -> Path:
-    """Save a random 2-layer BERT sequence classifier with labels negative/positive."""
+    """Save a random 2-layer BERT sequence classifier with labels negative/positive.
+
+    With BERT's usual `init_range` every text gets nearly the same probabilities (0.4996 or
+    so); 0.2 spreads them (0.28 to 0.72), for tests that must tell answers apart."""
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(texts or SAMPLE_TEXT)
     config = BertConfig(
@@ -72,6 +79,7 @@ def build_tiny_bert(
         id2label={0: "negative", 1: "positive"},
         label2id={"negative": 0, "positive": 1},
         pad_token_id=tokenizer.pad_token_id,
+        initializer_range=init_range,
     )
     model = BertForSequenceClassification(config)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -149,3 +149,16 @@ def test_texts_with_something_visible_pass_both_checks(
     raw = json.dumps({"text": text}).encode()
     assert plain_texts(raw, max_texts=3, max_chars=10) == [text]
     assert parse_request(raw, model).all_texts() == [text]
+
+
+@pytest.mark.parametrize("escape", [True, False])
+def test_the_character_limit_counts_characters_not_bytes(escape: bool) -> None:
+    limit = 20_000
+    model = request_model(max_texts=3, max_chars=limit)
+    fits = json.dumps({"text": "好" * limit}, ensure_ascii=escape).encode()  # 60 kB or more
+    assert plain_texts(fits, 3, limit) == ["好" * limit]
+    assert parse_request(fits, model).all_texts() == ["好" * limit]
+    over = json.dumps({"text": "好" * (limit + 1)}, ensure_ascii=escape).encode()
+    assert plain_texts(over, 3, limit) is None
+    with pytest.raises(ValidationFailed, match="validation"):
+        parse_request(over, model)

@@ -58,3 +58,16 @@ def test_user_config_round_trips() -> None:
 def test_a_full_request_must_fit_the_pending_limit() -> None:
     with pytest.raises(ValidationError, match="max_pending_texts"):
         Settings(max_texts_per_request=64, batch=BatchConfig(max_pending_texts=10))
+
+
+def test_long_texts_are_chunked_and_a_long_review_fits_by_default() -> None:
+    s = Settings()
+    assert s.long_texts == "chunk" and s.max_text_chars >= 20_000
+    # A full request of texts at the window limit is admitted by an idle ingress.
+    assert s.max_texts_per_request * s.max_windows <= s.batch.max_pending_texts
+
+
+def test_windows_must_advance_by_at_least_half_a_window() -> None:
+    assert Settings(max_seq_len=64, window_overlap=32).window_overlap == 32
+    with pytest.raises(ValidationError, match="window_overlap"):
+        Settings(max_seq_len=64, window_overlap=33)

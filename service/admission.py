@@ -1,0 +1,47 @@
+"""Admission: the work one ingress replica holds, counted in model rows.
+
+A row is a text, or one window of a long text: what the model computes and what queues in
+front of it. Counting rows, not requests or texts, keeps a burst of long reviews from
+holding many times the work the bound was sized for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from service.errors import Overloaded, PayloadTooLarge
+
+
+class Admission:
+    """Rows admitted and not yet answered; past `limit`, refused early."""
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.pending = 0
+
+    def check(self, rows: int) -> None:
+        """413 when `rows` alone exceed the limit (waiting would never help), 429 with
+        Retry-After when they do not fit beside what is pending now."""
+        if rows > self.limit:
+            raise PayloadTooLarge(
+                f"the texts need {rows} model rows (a long text takes one per window); at most "
+                f"{self.limit} are admitted at once: send fewer or shorter texts"
+            )
+        if self.pending + rows > self.limit:
+            raise Overloaded(
+                f"{self.pending} texts are waiting (a long text counts once per window); the "
+                f"limit is {self.limit}",
+                self.retry_after_s,
+            )
+
+    @contextmanager
+    def hold(self, rows: int) -> Iterator[None]:
+        """Admit `rows` (or raise as `check` does) until the block ends."""
+        self.check(rows)
+        self.pending += rows
+        try:
+            yield
+        finally:
+            self.pending -= rows
