@@ -7,7 +7,7 @@ holding many times the work the bound was sized for.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from service.errors import Overloaded, PayloadTooLarge
@@ -21,15 +21,16 @@ class Admission:
         self.retry_after_s = retry_after_s
         self.pending = 0
 
-    def check(self, rows: int) -> None:
+    def check(self, rows: int, held: int = 0) -> None:
         """413 when `rows` alone exceed the limit (waiting would never help), 429 with
-        Retry-After when they do not fit beside what is pending now."""
+        Retry-After when they do not fit beside what is pending now (`held` of which are
+        already this request's)."""
         if rows > self.limit:
             raise PayloadTooLarge(
                 f"the texts need {rows} model rows (a long text takes one per window); at most "
                 f"{self.limit} are admitted at once: send fewer or shorter texts"
             )
-        if self.pending + rows > self.limit:
+        if self.pending - held + rows > self.limit:
             raise Overloaded(
                 f"{self.pending} texts are waiting (a long text counts once per window); the "
                 f"limit is {self.limit}",
@@ -37,11 +38,21 @@ class Admission:
             )
 
     @contextmanager
-    def hold(self, rows: int) -> Iterator[None]:
-        """Admit `rows` (or raise as `check` does) until the block ends."""
+    def hold(self, rows: int) -> Iterator[Callable[[int], None]]:
+        """Admit `rows` (or raise as `check` does) until the block ends. The block gets a
+        function that changes the count once the request's real row count is known (a text is
+        one row until tokenized), checked the same way."""
         self.check(rows)
+        held = rows
         self.pending += rows
+
+        def resize(total: int) -> None:
+            nonlocal held
+            self.check(total, held)
+            self.pending += total - held
+            held = total
+
         try:
-            yield
+            yield resize
         finally:
-            self.pending -= rows
+            self.pending -= held

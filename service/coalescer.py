@@ -1,10 +1,12 @@
 """The ingress side of batching: many requests' texts become one call to the model replica.
 
 A handle call costs the same CPU for one text as for a hundred, so an ingress never sends one
-per request. Requests queue here; whenever fewer than `in_flight` calls are out, everything
-queued (up to `max_texts`) is tokenized in one tokenizer call, packed into arrays and sent as
-one call. Nothing waits on a timer: a lone request goes out at once, and under load the queue
-fills while earlier calls are out, so calls grow with the load.
+per request. Requests queue here already tokenized (the ingress needs their window counts to
+admit them); whenever fewer than `in_flight` calls are out, everything queued (up to
+`max_texts` rows) is joined into one pair of arrays and sent as one call. Nothing waits on a
+timer: a lone request goes out at once, and under load the queue fills while earlier calls
+are out, so calls grow with the load. Answers come back per row (window) and leave here per
+text: a long text's windows are averaged back into one answer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from service.encoding import Packed, Scored, TextEncoder, status_error
+from service.chunking import Windowed, aggregate
+from service.encoding import Packed, Scored, concat, status_error
 
 ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
 
@@ -43,46 +46,45 @@ def resend_on(
 
 @dataclass(frozen=True)
 class Reply:
-    """One request's answer: a probability row and a truncation flag per text."""
+    """One request's answer: a probability row, a truncation flag and a window count per text."""
 
     probs: npt.NDArray[np.float32]
     truncated: list[bool]
+    windows: list[int]
 
 
 @dataclass(eq=False)
 class _Waiting:
-    texts: list[str]
+    request: Windowed
     deadline: float  # time.monotonic()
     future: asyncio.Future[Reply]
     queued: bool = True
 
 
 class Coalescer:
-    """Sends queued requests' texts to the model in shared calls, `in_flight` at most."""
+    """Sends queued requests' rows to the model in shared calls, `in_flight` at most."""
 
     def __init__(
         self,
-        encoder: TextEncoder,
         call: ModelCall,
         max_texts: int,
         in_flight: int,
-        observe: Callable[[int, float], None] = lambda texts, tokenize_s: None,
+        observe: Callable[[int, float], None] = lambda rows, tokenize_s: None,
     ) -> None:
-        self.encoder = encoder
         self.call = call
-        self.max_texts = max_texts
+        self.max_texts = max_texts  # rows per call: a window counts as a text
         self.in_flight = in_flight
-        self.observe = observe  # (texts in the call, seconds spent tokenizing)
+        self.observe = observe  # (rows in the call, seconds its requests spent tokenizing)
         self._queue: deque[_Waiting] = deque()
         self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, texts: list[str], deadline: float) -> asyncio.Future[Reply]:
-        """Queue a request's texts; the future fails with DeadlineExceeded when a text's
-        budget ran out in the model replica, InternalError when a text failed even in a
-        forward of its own, or with the call's error."""
+    def submit(self, request: Windowed, deadline: float) -> asyncio.Future[Reply]:
+        """Queue a request's rows; the future fails with DeadlineExceeded when a row's budget
+        ran out in the model replica, InternalError when a row failed even in a forward of its
+        own, or with the call's error."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        waiting = _Waiting(texts, deadline, future)
+        waiting = _Waiting(request, deadline, future)
         self._queue.append(waiting)
         # A request that expires or is cancelled while queued leaves the queue at once.
         future.add_done_callback(lambda _: self._queue.remove(waiting) if waiting.queued else None)
@@ -100,29 +102,28 @@ class Coalescer:
             task.add_done_callback(self._tasks.discard)
 
     def _take(self) -> list[_Waiting]:
-        """Queued requests up to `max_texts` texts (at least one request); gone ones dropped."""
+        """Queued requests up to `max_texts` rows (at least one request); gone ones dropped."""
         batch: list[_Waiting] = []
-        texts = 0
+        rows = 0
         while self._queue:
             waiting = self._queue[0]
             if waiting.future.done():  # gone; its done callback has not run yet
                 self._queue.popleft()
                 waiting.queued = False
                 continue
-            if batch and texts + len(waiting.texts) > self.max_texts:
+            if batch and rows + waiting.request.rows > self.max_texts:
                 break
             batch.append(self._queue.popleft())
             waiting.queued = False
-            texts += len(waiting.texts)
+            rows += waiting.request.rows
         return batch
 
     async def _send(self, batch: list[_Waiting]) -> None:
         try:
-            t0 = time.monotonic()
-            packed, truncated = self.encoder.encode([t for w in batch for t in w.texts])
+            packed = concat([w.request.packed for w in batch])
+            self.observe(len(packed), sum(w.request.tokenize_s for w in batch))
+            sizes = [w.request.rows for w in batch]
             now = time.monotonic()
-            self.observe(len(packed), now - t0)
-            sizes = [len(w.texts) for w in batch]
             budgets = np.repeat([w.deadline - now for w in batch], sizes).astype(np.float32)
             probs, status = await self.call(packed, budgets)
             start = 0
@@ -133,7 +134,7 @@ class Coalescer:
                 elif status[start:end].any():
                     w.future.set_exception(status_error(status[start:end]))
                 else:
-                    w.future.set_result(Reply(probs[start:end], truncated[start:end]))
+                    w.future.set_result(_reply(w.request, probs[start:end]))
                 start = end
         except Exception as exc:  # every request of the call must hear of it
             for w in batch:
@@ -142,3 +143,8 @@ class Coalescer:
         finally:
             self._running -= 1
             self._pump()
+
+
+def _reply(request: Windowed, probs: npt.NDArray[np.float32]) -> Reply:
+    texts = aggregate(probs, request.packed.lengths(), request.windows)
+    return Reply(texts, request.truncated, request.windows.tolist())

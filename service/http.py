@@ -33,7 +33,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Body is not UTF-8 JSON",
         401: "API keys are configured and no valid `Authorization: Bearer` key was sent",
         408: "The body did not arrive within the request deadline",
-        413: "Body larger than max_body_bytes",
+        413: "Body larger than max_body_bytes, or texts needing more windows than one ingress "
+        "admits at once (max_pending_texts)",
         415: "Content-Type is not JSON (a missing Content-Type is read as JSON)",
         422: "A field breaks a rule or a limit (details name the field and the reason)",
         429: "Overloaded; retry after the Retry-After header",

@@ -20,15 +20,16 @@ from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.admission import Admission
 from service.auth import ApiKeys
+from service.chunking import Windowed, WindowEncoder
 from service.coalescer import Coalescer, Reply, resend_on
 from service.drain import DrainWatch
-from service.encoding import Packed, Scored, TextEncoder, labels_of
+from service.encoding import Packed, Scored, labels_of
 from service.errors import (
     DeadlineExceeded,
     InternalError,
     NotReady,
-    Overloaded,
     ServiceError,
     ShuttingDown,
     error_response,
@@ -51,6 +52,9 @@ logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
 MODEL_DEPLOYMENT = "SentimentModel"
 Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
+# A request holding more characters than this is tokenized on a worker thread: it takes
+# milliseconds, and the Rust tokenizer releases the GIL, so the event loop serves meanwhile.
+OFFLOAD_CHARS = 4096
 
 
 @serve.deployment(name="SentimentIngress")
@@ -78,28 +82,33 @@ class SentimentIngress:
         # A model replica that dies (crash, SIGKILL, lost node) fails the calls it held; each
         # is sent once more, and Serve's router picks a live replica or waits for a new one.
         call = resend_on((RayActorError,), self._call_model, self._count_resend)
+        windows = s.max_windows if s.long_texts == "chunk" else 1
+        self.encoder = WindowEncoder.load(s.model_path, s.max_seq_len, windows, s.window_overlap)
         self.coalescer = Coalescer(
-            TextEncoder.load(s.model_path, s.max_seq_len),
             call,
             max_texts=s.batch.max_batch_texts,
             in_flight=s.ingress_calls_in_flight,
             observe=self._observe_call,
         )
-        self.pending = 0
+        self.admission = Admission(s.batch.max_pending_texts, s.retry_after_s)
         self.model_ready = False  # set once the model replica has answered
         self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
         context = serve.get_replica_context()
-        self.drain = DrainWatch(context.app_name, context.replica_tag, lambda: self.pending)
+        self.drain = DrainWatch(
+            context.app_name, context.replica_tag, lambda: self.admission.pending
+        )
         self._drain_task = asyncio.get_running_loop().create_task(self.drain.run())
         # Counters are summed here and published once per refresh: one Ray metric call per
         # request (the latency histogram) instead of three.
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._windows: Counter[int] = Counter()  # texts by their window count
         self._publish = asyncio.get_running_loop().create_task(self._publish_metrics())
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """The ingress's share of the batch knobs: admission bound and texts per call."""
         self.batch = BatchConfig.model_validate(user_config)
         self.coalescer.max_texts = self.batch.max_batch_texts
+        self.admission.limit = self.batch.max_pending_texts
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """The lean classify route in front of a FastAPI app for everything else."""
@@ -169,16 +178,13 @@ class SentimentIngress:
             raise NotReady("model is loading or warming up")
         if self.drain.draining:
             raise ShuttingDown(s.retry_after_s)
-        n = len(texts)
-        if self.pending + n > self.batch.max_pending_texts:
-            raise Overloaded(
-                f"{self.pending} texts are waiting; the limit is {self.batch.max_pending_texts}",
-                s.retry_after_s,
-            )
-        self.pending += n
-        try:
+        # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
+        # then counted in windows once they are known.
+        with self.admission.hold(len(texts)) as resize:
+            request = await self._encode(texts)
+            resize(request.rows)
             timeout = s.request_timeout_s
-            future = self.coalescer.submit(texts, start + timeout)
+            future = self.coalescer.submit(request, start + timeout)
             timer = asyncio.get_running_loop().call_later(
                 max(0.0, start + timeout - time.monotonic()), _expire, future, timeout
             )
@@ -186,16 +192,21 @@ class SentimentIngress:
                 reply = await future
             finally:
                 timer.cancel()
-        finally:
-            self.pending -= n
-        self._counts["texts", ""] += n
+        self._counts["texts", ""] += len(texts)
         self._counts["truncated", ""] += sum(reply.truncated)
+        self._windows.update(reply.windows)
         return 200, self._render(reply), {}
+
+    async def _encode(self, texts: list[str]) -> Windowed:
+        if sum(map(len, texts)) <= OFFLOAD_CHARS:
+            return self.encoder.encode(texts)
+        return await asyncio.to_thread(self.encoder.encode, texts)
 
     def _render(self, reply: Reply) -> bytes:
         labels = self.labels
         results = []
-        for probs, truncated in zip(reply.probs.tolist(), reply.truncated, strict=True):
+        rows = zip(reply.probs.tolist(), reply.truncated, reply.windows, strict=True)
+        for probs, truncated, windows in rows:
             best = max(range(len(labels)), key=probs.__getitem__)
             results.append(
                 {
@@ -203,6 +214,7 @@ class SentimentIngress:
                     "score": probs[best],
                     "probabilities": dict(zip(labels, probs, strict=True)),
                     "truncated": truncated,
+                    "windows": windows,
                 }
             )
         return _json({"model": self.name, "results": results})
@@ -227,8 +239,8 @@ class SentimentIngress:
             except Exception:
                 await asyncio.sleep(0.5)
 
-    def _observe_call(self, texts: int, tokenize_s: float) -> None:
-        self.metrics.call_texts.observe(texts)
+    def _observe_call(self, rows: int, tokenize_s: float) -> None:
+        self.metrics.call_texts.observe(rows)
         self.metrics.tokenize.observe(tokenize_s)
 
     async def _publish_metrics(self) -> None:
@@ -238,6 +250,7 @@ class SentimentIngress:
         while True:
             await asyncio.sleep(self.settings.metrics_refresh_s)
             counts, self._counts = self._counts, Counter()
+            windows, self._windows = self._windows, Counter()
             for (kind, tag), value in counts.items():
                 if not value:
                     continue
@@ -249,7 +262,11 @@ class SentimentIngress:
                     m.resent_calls.inc(value)
                 else:
                     (m.texts if kind == "texts" else m.truncated).inc(value)
-            m.pending_texts.set(self.pending)
+            # A histogram takes one value a call: one per text, here rather than per request.
+            for count, texts in windows.items():
+                for _ in range(texts):
+                    m.text_windows.observe(count)
+            m.pending_texts.set(self.admission.pending)
 
 
 class Front:

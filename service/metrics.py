@@ -16,6 +16,8 @@ EXPORTED_PREFIX = "ray_" + PREFIX
 LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 TEXTS_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0]
 TOKEN_BUCKETS = [float(2**k) for k in range(6, 17)]  # 64 .. 65536
+# Windows per text; max_windows is at most 64.
+WINDOW_BUCKETS = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
 RATIO_BUCKETS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99]
 
 
@@ -39,8 +41,14 @@ class IngressMetrics:
         )
         self.call_texts = _hist(
             "call_texts",
-            "Texts in one call from an ingress to the model (coalesced across requests).",
+            "Rows in one call from an ingress to the model (coalesced across requests): a text, "
+            "or one window of a long text.",
             TEXTS_BUCKETS,
+        )
+        self.text_windows = _hist(
+            "text_windows",
+            "Windows one answered text used (1 unless it was longer than max_seq_len tokens).",
+            WINDOW_BUCKETS,
         )
         self.requests = Counter(
             PREFIX + "requests",
@@ -49,7 +57,8 @@ class IngressMetrics:
         )
         self.texts = Counter(PREFIX + "texts", description="Texts answered.")
         self.truncated = Counter(
-            PREFIX + "truncated_texts", description="Texts cut to max_seq_len tokens."
+            PREFIX + "truncated_texts",
+            description="Texts partly unread: cut to max_seq_len tokens, or past max_windows.",
         )
         self.rejections = Counter(
             PREFIX + "rejections",

@@ -76,7 +76,15 @@ class TextResult(BaseModel):
     label: str = Field(description="The most probable label.")
     score: float = Field(description="Probability of `label`.")
     probabilities: dict[str, float] = Field(description="Probability of every label.")
-    truncated: bool = Field(description="True when the text was cut to max_seq_len tokens.")
+    truncated: bool = Field(
+        description="True when part of the text was not read: cut to max_seq_len tokens "
+        "(long_texts=truncate), or longer than max_windows windows (its middle is dropped)."
+    )
+    windows: int = Field(
+        ge=1,
+        description="Windows of at most max_seq_len tokens the text was read in; their "
+        "probabilities are averaged, weighted by window length. 1 for a text that fits.",
+    )
 
 
 class ClassifyResponse(BaseModel):

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply, resend_on
-from service.encoding import EXPIRED, FAILED, Packed, Scored, TextEncoder
+from service.encoding import EXPIRED, FAILED, Packed, Scored
 from service.errors import DeadlineExceeded, InternalError
 
 
@@ -35,48 +36,49 @@ class FakeModel:
 
 
 @pytest.fixture(scope="module")
-def encoder(tiny_model_dir: Path) -> TextEncoder:
-    return TextEncoder.load(tiny_model_dir, 32)
+def encoder(tiny_model_dir: Path) -> WindowEncoder:
+    """Texts to a request's rows as the ingress makes them (one window per text here)."""
+    return WindowEncoder.load(tiny_model_dir, 32)
 
 
-def test_concurrent_requests_share_calls_and_get_their_own_rows(encoder: TextEncoder) -> None:
+def test_concurrent_requests_share_calls_and_get_their_own_rows(encoder: WindowEncoder) -> None:
     model = FakeModel()
 
     async def main() -> list[np.ndarray]:
-        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        coalescer = Coalescer(model, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
         texts = [["ok"], ["great phone", "bad"], ["fine " * 5]]
-        futures = [coalescer.submit(t, deadline) for t in texts]
+        futures = [coalescer.submit(encoder.encode(t), deadline) for t in texts]
         return [(await f).probs for f in futures]
 
     first, second, third = asyncio.run(main())
     assert model.calls == [1, 3]  # the first went alone; the rest waited and went together
-    expected = encoder.encode(["ok", "great phone", "bad", "fine " * 5])[0].lengths()
+    expected = encoder.encode(["ok", "great phone", "bad", "fine " * 5]).packed.lengths()
     assert first[:, 0].tolist() == [expected[0]]
     assert second[:, 0].tolist() == list(expected[1:3])
     assert third[:, 0].tolist() == [expected[3]]
 
 
-def test_calls_respect_the_text_limit(encoder: TextEncoder) -> None:
+def test_calls_respect_the_text_limit(encoder: WindowEncoder) -> None:
     model = FakeModel()
 
     async def main() -> None:
-        coalescer = Coalescer(encoder, model, max_texts=3, in_flight=1)
+        coalescer = Coalescer(model, max_texts=3, in_flight=1)
         deadline = time.monotonic() + 10
-        futures = [coalescer.submit([f"text {i}", "b"], deadline) for i in range(4)]
+        futures = [coalescer.submit(encoder.encode([f"text {i}", "b"]), deadline) for i in range(4)]
         await asyncio.gather(*futures)
 
     asyncio.run(main())
     assert model.calls == [2, 2, 2, 2]  # two requests of two texts never fit in three
 
 
-def test_an_expired_text_fails_only_its_own_request(encoder: TextEncoder) -> None:
+def test_an_expired_text_fails_only_its_own_request(encoder: WindowEncoder) -> None:
     model = FakeModel(expire={2})
 
     async def main() -> list[object]:
-        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        coalescer = Coalescer(model, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
-        futures = [coalescer.submit([t], deadline) for t in ("a", "b", "c")]
+        futures = [coalescer.submit(encoder.encode([t]), deadline) for t in ("a", "b", "c")]
         return await asyncio.gather(*futures, return_exceptions=True)
 
     first, second, third = asyncio.run(main())
@@ -85,7 +87,7 @@ def test_an_expired_text_fails_only_its_own_request(encoder: TextEncoder) -> Non
 
 
 def test_a_failed_call_fails_its_requests_and_the_next_call_still_runs(
-    encoder: TextEncoder,
+    encoder: WindowEncoder,
 ) -> None:
     calls = 0
 
@@ -98,23 +100,23 @@ def test_a_failed_call_fails_its_requests_and_the_next_call_still_runs(
         return np.zeros((len(packed), 2), np.float32), np.zeros(len(packed), np.uint8)
 
     async def main() -> list[object]:
-        coalescer = Coalescer(encoder, flaky, max_texts=64, in_flight=1)
+        coalescer = Coalescer(flaky, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
-        futures = [coalescer.submit([t], deadline) for t in ("a", "b")]
+        futures = [coalescer.submit(encoder.encode([t]), deadline) for t in ("a", "b")]
         return await asyncio.gather(*futures, return_exceptions=True)
 
     first, second = asyncio.run(main())
     assert isinstance(first, RuntimeError) and not isinstance(second, Exception)
 
 
-def test_requests_gone_before_their_call_are_not_sent(encoder: TextEncoder) -> None:
+def test_requests_gone_before_their_call_are_not_sent(encoder: WindowEncoder) -> None:
     model = FakeModel()
 
     async def main() -> None:
-        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        coalescer = Coalescer(model, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
-        first = coalescer.submit(["a"], deadline)
-        gone = coalescer.submit(["b", "c"], deadline)
+        first = coalescer.submit(encoder.encode(["a"]), deadline)
+        gone = coalescer.submit(encoder.encode(["b", "c"]), deadline)
         gone.cancel()  # the client left while the first call was out
         await first
         await asyncio.sleep(0.1)
@@ -123,20 +125,22 @@ def test_requests_gone_before_their_call_are_not_sent(encoder: TextEncoder) -> N
     assert model.calls == [1]
 
 
-def test_a_request_gone_while_queued_leaves_the_queue_at_once(encoder: TextEncoder) -> None:
+def test_a_request_gone_while_queued_leaves_the_queue_at_once(encoder: WindowEncoder) -> None:
     model = FakeModel(pause_s=0.2)
 
     async def main() -> None:
-        coalescer = Coalescer(encoder, model, max_texts=64, in_flight=1)
+        coalescer = Coalescer(model, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
-        first = coalescer.submit(["a"], deadline)  # out to the model
-        gone = coalescer.submit(["b", "c"], deadline)
-        kept = coalescer.submit(["d"], deadline)
+        first = coalescer.submit(encoder.encode(["a"]), deadline)  # out to the model
+        gone = coalescer.submit(encoder.encode(["b", "c"]), deadline)
+        d = encoder.encode(["d"])
+        kept = coalescer.submit(d, deadline)
         await asyncio.sleep(0.01)
         assert len(coalescer._queue) == 2
         gone.set_exception(DeadlineExceeded("deadline"))  # as the ingress's timer does
         await asyncio.sleep(0)
-        assert [w.texts for w in coalescer._queue] == [["d"]]  # while the call is still out
+        queued = [w.request for w in coalescer._queue]
+        assert len(queued) == 1 and queued[0] is d  # while the call is still out
         await asyncio.gather(first, kept)
         with pytest.raises(DeadlineExceeded):
             await gone
@@ -145,7 +149,7 @@ def test_a_request_gone_while_queued_leaves_the_queue_at_once(encoder: TextEncod
     assert model.calls == [1, 1]
 
 
-def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: TextEncoder) -> None:
+def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: WindowEncoder) -> None:
     async def one_fails(packed: Packed, budgets: np.ndarray) -> Scored:
         status = np.zeros(len(packed), dtype=np.uint8)
         if len(packed) > 1:  # the second call: "b", "c", "d"; "c" fails even alone
@@ -153,9 +157,11 @@ def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: TextEncode
         return np.zeros((len(packed), 2), np.float32), status
 
     async def main() -> list[object]:
-        coalescer = Coalescer(encoder, one_fails, max_texts=64, in_flight=1)
+        coalescer = Coalescer(one_fails, max_texts=64, in_flight=1)
         deadline = time.monotonic() + 10
-        futures = [coalescer.submit(t, deadline) for t in (["a"], ["b", "c"], ["d"])]
+        futures = [
+            coalescer.submit(encoder.encode(t), deadline) for t in (["a"], ["b", "c"], ["d"])
+        ]
         return await asyncio.gather(*futures, return_exceptions=True)
 
     first, second, third = asyncio.run(main())
@@ -183,14 +189,16 @@ class DiesOnce(FakeModel):
         return await super().__call__(packed, budgets)
 
 
-def test_a_call_whose_replica_died_is_sent_once_more(encoder: TextEncoder) -> None:
+def test_a_call_whose_replica_died_is_sent_once_more(encoder: WindowEncoder) -> None:
     model, resent = DiesOnce(deaths=1), []
     call = resend_on((ReplicaDied,), model, lambda: resent.append(1))
-    coalescer = Coalescer(encoder, call, max_texts=64, in_flight=1)
+    coalescer = Coalescer(call, max_texts=64, in_flight=1)
 
     async def main() -> list[Reply]:
         deadline = time.monotonic() + 5
-        futures = [coalescer.submit(t, deadline) for t in (["good"], ["bad", "fine"])]
+        futures = [
+            coalescer.submit(encoder.encode(t), deadline) for t in (["good"], ["bad", "fine"])
+        ]
         return await asyncio.gather(*futures)
 
     replies = asyncio.run(main())
@@ -199,13 +207,13 @@ def test_a_call_whose_replica_died_is_sent_once_more(encoder: TextEncoder) -> No
     assert (second < first).all()  # the time the dead call took is gone from the budgets
 
 
-def test_a_second_death_or_another_error_is_the_answer(encoder: TextEncoder) -> None:
+def test_a_second_death_or_another_error_is_the_answer(encoder: WindowEncoder) -> None:
     for model, tries in ((DiesOnce(deaths=2), 2), (DiesOnce(1, error=ValueError), 1)):
         call = resend_on((ReplicaDied,), model, lambda: None)
-        coalescer = Coalescer(encoder, call, max_texts=64, in_flight=1)
+        coalescer = Coalescer(call, max_texts=64, in_flight=1)
 
         async def main(c: Coalescer = coalescer) -> Reply:
-            return await c.submit(["good"], time.monotonic() + 5)
+            return await c.submit(encoder.encode(["good"]), time.monotonic() + 5)
 
         with pytest.raises((ReplicaDied, ValueError)):
             asyncio.run(main())
