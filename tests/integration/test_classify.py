@@ -50,10 +50,11 @@ def test_single_text_form(main_app: Deployed) -> None:
     assert sum(result["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_long_token_sequences_are_truncated_and_say_so(main_app: Deployed) -> None:
-    response = main_app.classify({"texts": ["great phone " * 30, "ok"]})
+def test_long_token_sequences_are_read_in_windows_and_say_so(main_app: Deployed) -> None:
+    response = main_app.classify({"texts": ["great phone " * 30, "ok"]})  # 62 and 3 tokens
     assert response.status_code == 200
-    assert [r["truncated"] for r in response.json()["results"]] == [True, False]
+    results = response.json()["results"]
+    assert [(r["windows"], r["truncated"]) for r in results] == [(3, False), (1, False)]
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 KEY = "integration-test-key"
 HASHED_KEY = "second-client-key"  # its file line holds only its SHA-256
 DEADLINE_S = 5.0
-LONG_TEXT = "great phone " * 30  # cut to max_seq_len (32) tokens: the hang fault's size
+LONG_TEXT = "great phone " * 30  # windows of max_seq_len (32) tokens: the hang fault's size
 
 
 @dataclass
