@@ -11,6 +11,7 @@ full one.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,9 @@ from tokenizers import Tokenizer
 from service.encoding import Packed, fast_tokenizer, pack, sequence_limit
 
 Probs = npt.NDArray[np.float32]
+# Past this many characters a request is tokenized on a worker thread: a 20,000-character
+# review takes milliseconds, and the Rust tokenizer releases the GIL meanwhile.
+OFFLOAD_CHARS = 4096
 Span = tuple[int, int]  # [begin, end) of a text's tokens, special tokens not counted
 
 
@@ -135,3 +139,9 @@ class WindowEncoder:
         packed = pack(rows)
         counts = np.array(windows, dtype=np.int64)
         return Windowed(packed, counts, truncated, time.perf_counter() - t0)
+
+    async def encode_async(self, texts: list[str]) -> Windowed:
+        """`encode`, on a worker thread when the texts are long enough to stall the event loop."""
+        if sum(map(len, texts)) <= OFFLOAD_CHARS:
+            return self.encode(texts)
+        return await asyncio.to_thread(self.encode, texts)

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.admission import Admission
 from service.auth import ApiKeys
-from service.chunking import Windowed, WindowEncoder
+from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply, resend_on
 from service.drain import DrainWatch
 from service.encoding import Packed, Scored, labels_of
@@ -52,9 +52,6 @@ logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
 MODEL_DEPLOYMENT = "SentimentModel"
 Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
-# A request holding more characters than this is tokenized on a worker thread: it takes
-# milliseconds, and the Rust tokenizer releases the GIL, so the event loop serves meanwhile.
-OFFLOAD_CHARS = 4096
 
 
 @serve.deployment(name="SentimentIngress")
@@ -181,7 +178,7 @@ class SentimentIngress:
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
         # then counted in windows once they are known.
         with self.admission.hold(len(texts)) as resize:
-            request = await self._encode(texts)
+            request = await self.encoder.encode_async(texts)
             resize(request.rows)
             timeout = s.request_timeout_s
             future = self.coalescer.submit(request, start + timeout)
@@ -196,11 +193,6 @@ class SentimentIngress:
         self._counts["truncated", ""] += sum(reply.truncated)
         self._windows.update(reply.windows)
         return 200, self._render(reply), {}
-
-    async def _encode(self, texts: list[str]) -> Windowed:
-        if sum(map(len, texts)) <= OFFLOAD_CHARS:
-            return self.encoder.encode(texts)
-        return await asyncio.to_thread(self.encoder.encode, texts)
 
     def _render(self, reply: Reply) -> bytes:
         labels = self.labels

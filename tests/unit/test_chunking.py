@@ -3,13 +3,14 @@ mode, the weighted mean, and admission counting windows."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from service.admission import Admission
-from service.chunking import WindowEncoder, aggregate, window_spans
+from service.chunking import OFFLOAD_CHARS, WindowEncoder, aggregate, window_spans
 from service.encoding import TextEncoder
 from service.errors import Overloaded, PayloadTooLarge
 from tests.tiny_bert import SAMPLE_TEXT, build_tiny_bert
@@ -127,3 +128,16 @@ def test_a_request_counts_as_its_texts_until_its_windows_are_known(tiny_model_di
             other(encoder.encode([LONG]).rows)  # its 3 windows do not fit beside the 6
         assert admission.pending == 6
     assert admission.pending == 0
+
+
+def test_a_long_request_is_tokenized_off_the_event_loop_to_the_same_windows(
+    tiny_model_dir: Path,
+) -> None:
+    encoder = WindowEncoder.load(tiny_model_dir, 32, max_windows=8, overlap=4)
+    short, long = [LONG, "ok"], [LONG * 40, CHINESE * 10]
+    assert sum(map(len, short)) <= OFFLOAD_CHARS < sum(map(len, long))
+    for texts in (short, long):
+        got, expected = asyncio.run(encoder.encode_async(texts)), encoder.encode(texts)
+        assert got.packed.ids.tolist() == expected.packed.ids.tolist()
+        assert got.windows.tolist() == expected.windows.tolist()
+        assert got.truncated == expected.truncated
