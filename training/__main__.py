@@ -14,6 +14,7 @@ from pathlib import Path
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.loop import TrainConfig
 from training.pipeline import RunSpec, fine_tune
+from training.strategy import STRATEGIES, SetupError
 
 _DEFAULTS = TrainConfig()
 
@@ -47,6 +48,10 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-length", type=int, default=128, help="tokens per text")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="split, init and order")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
+    p.add_argument("--strategy", choices=STRATEGIES, default="ddp", help="fsdp shards (torchrun)")
+    p.add_argument(
+        "--gradient-checkpointing", action="store_true", help="recompute activations: less memory"
+    )
     p.add_argument("--freeze-embeddings", action="store_true", help="faster on CPU")
     p.add_argument("--freeze-layers", type=int, default=0, help="freeze N lowest layers")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -145,6 +150,8 @@ def _train(args: argparse.Namespace) -> int:
         freeze_embeddings=args.freeze_embeddings,
         freeze_layers=args.freeze_layers,
         checkpoint_every=args.checkpoint_every,
+        strategy=args.strategy,
+        gradient_checkpointing=args.gradient_checkpointing,
     )
     spec = RunSpec(
         model_path=args.model,
@@ -180,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from training.default_model import build_default
 
         return build_default(args.out, args.data_dir, force=args.force)
-    except DataError as exc:
+    except (DataError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

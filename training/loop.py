@@ -1,17 +1,15 @@
 """The training loop: one code path for 1 CPU process, N CPU processes (gloo) and N GPUs (NCCL).
 
-DistributedDataParallel with a DistributedSampler, gradient accumulation (without gradient
-all-reduce on the inner micro-steps), CUDA mixed precision, AdamW with linear warmup and decay,
-gradient clipping, and resumable checkpoints. Only rank 0 logs and writes.
+DistributedDataParallel or FSDP2 (training/strategy.py) with a DistributedSampler, gradient
+accumulation (without gradient all-reduce on DDP's inner micro-steps), CUDA mixed precision,
+optional activation checkpointing, AdamW with linear warmup and decay, gradient clipping, and
+resumable checkpoints. Only rank 0 logs and writes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import random
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,14 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
+from training.activations import set_activation_checkpointing
+from training.checkpoints import CHECKPOINT_FILE as CHECKPOINT_FILE
+from training.checkpoints import load_checkpoint as load_checkpoint
+from training.checkpoints import save_checkpoint as save_checkpoint
 from training.data import LengthGroupedBatchSampler, PadCollator, TokenizedDataset
-
-CHECKPOINT_FILE = "training_state.pt"
+from training.distributed import DistContext as DistContext
+from training.distributed import barrier as barrier
+from training.distributed import setup_distributed as setup_distributed
+from training.distributed import teardown_distributed as teardown_distributed
+from training.strategy import make_strategy
 
 
 @dataclass
@@ -48,63 +51,19 @@ class TrainConfig:
     freeze_layers: int = 0  # the embedding block and this many lowest encoder layers
     checkpoint_every: int = 0  # optimizer steps; 0 disables step checkpoints
     checkpoint_each_epoch: bool = True
-
-
-@dataclass
-class DistContext:
-    """Where this process sits in the job."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    strategy: str = "ddp"  # ddp | fsdp (training/strategy.py)
+    gradient_checkpointing: bool = False  # recompute layer activations in the backward
 
 
 @dataclass
 class TrainResult:
-    """What a run did: optimizer steps, per-step mean loss (rank 0), seconds spent."""
+    """What a run did: optimizer steps, per-micro-step loss (rank 0), seconds spent."""
 
     steps: int
     losses: list[float]
     seconds: float
     resumed_from_step: int = 0
-
-
-def setup_distributed(device: str = "auto") -> DistContext:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was asked for but no CUDA GPU is visible")
-    dev = torch.device("cuda", local) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(dev)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistContext(rank, world, local, dev)
-
-
-def teardown_distributed() -> None:
-    """Leave the process group cleanly (avoids a warning and a hang at exit)."""
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-def barrier(ctx: DistContext) -> None:
-    """Wait for all ranks; a no-op when running alone."""
-    if ctx.distributed and dist.is_initialized():
-        dist.barrier()
+    step_seconds: list[float] = field(default_factory=list)  # wall time of each optimizer step
 
 
 def seed_everything(seed: int) -> None:
@@ -142,10 +101,6 @@ def make_loader(
     # or a resumed run's dropout masks would drift from the uninterrupted run's.
     gen = torch.Generator().manual_seed(seed)
     return DataLoader(ds, batch_sampler=batches, collate_fn=PadCollator(pad_id), generator=gen)
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -200,25 +155,6 @@ def linear_warmup_decay(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write atomically: a crash mid-save must not destroy the previous checkpoint."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save(state, tmp / CHECKPOINT_FILE)
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint directory written by `save_checkpoint`."""
-    file = Path(path) / CHECKPOINT_FILE
-    if not file.is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint directory ({CHECKPOINT_FILE} missing)")
-    state: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=True)
-    return state
-
-
 def train(
     model: torch.nn.Module,
     train_ds: TokenizedDataset,
@@ -227,35 +163,42 @@ def train(
     pad_id: int,
     checkpoint_dir: Path | None = None,
     resume: Path | None = None,
+    progress: bool = True,
 ) -> TrainResult:
-    """Fine-tune `model` in place on `train_ds`; return steps, losses and time."""
+    """Fine-tune `model` in place on `train_ds`; return steps, losses and time.
+
+    Under `--strategy fsdp` the model is sharded in place; `strategy.servable_model` turns it
+    back into one plain model for saving.
+    """
+    amp_dtype = resolve_amp(cfg.amp, ctx.device)
+    strategy = make_strategy(cfg.strategy, ctx, amp_dtype)
+    set_activation_checkpointing(model, cfg.gradient_checkpointing)
     freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
     model.to(ctx.device)
-    net: torch.nn.Module = model
-    ddp: DistributedDataParallel | None = None
-    if ctx.distributed:
-        ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        net = ddp = DistributedDataParallel(model, device_ids=ids)
+    net = strategy.wrap(model)
     loader = make_loader(train_ds, ctx, cfg.batch_size, cfg.seed, pad_id)
     micro_per_epoch = len(loader)
     steps_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
     total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    optimizer = _optimizer(model, cfg)
+    optimizer = _optimizer(model, cfg)  # after wrapping: FSDP replaces the parameters
     scheduler = linear_warmup_decay(optimizer, math.ceil(total * cfg.warmup_ratio), total)
-    amp_dtype = resolve_amp(cfg.amp, ctx.device)
     scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
 
     step, epoch, micro_done, start_step = 0, 0, 0, 0
     if resume is not None:
-        state = load_checkpoint(resume)
+        state = load_checkpoint(resume, mmap=strategy.name == "fsdp")
         if state["num_train"] != len(train_ds) or state["world_size"] != ctx.world_size:
             raise ValueError(
                 f"checkpoint {resume} was made with {state['num_train']} rows on "
                 f"{state['world_size']} process(es); this run has {len(train_ds)} on "
                 f"{ctx.world_size}"
             )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        made_with = state.get("strategy", "ddp")
+        if made_with != strategy.name:  # the optimizer state is keyed differently
+            raise ValueError(
+                f"checkpoint {resume} was made with --strategy {made_with}; resume with it"
+            )
+        strategy.load(model, optimizer, state["model"], state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         step, epoch, micro_done = state["step"], state["epoch"], state["micro_in_epoch"]
@@ -264,9 +207,11 @@ def train(
         torch.set_rng_state(state["torch_rng"])
 
     def snapshot() -> dict[str, Any]:
+        model_state, optimizer_state = strategy.state(model, optimizer)  # FSDP: collective
         return {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
+            "strategy": strategy.name,
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict(),
             "step": step,
@@ -279,11 +224,19 @@ def train(
             "torch_rng": torch.get_rng_state(),
         }
 
+    def checkpoint() -> None:
+        state = snapshot()
+        if ctx.is_main:
+            save_checkpoint(checkpoint_dir, state)  # type: ignore[arg-type]
+        barrier(ctx)
+
+    show = progress and ctx.is_main
     bar = tqdm(
-        total=total, initial=step, desc="train", unit="step", disable=not ctx.is_main, smoothing=0.1
+        total=total, initial=step, desc="train", unit="step", disable=not show, smoothing=0.1
     )
     losses: list[float] = []
-    began = time.perf_counter()
+    step_seconds: list[float] = []
+    began = step_began = time.perf_counter()
     net.train()
     while step < total:
         loader.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
@@ -293,9 +246,7 @@ def train(
             group_size = min(cfg.grad_accum, micro_per_epoch - group_start)
             boundary = micro - group_start == group_size - 1
             batch = {k: v.to(ctx.device, non_blocking=True) for k, v in batch.items()}
-            # Skip the gradient all-reduce on inner micro-steps; it happens once per group.
-            sync = ddp.no_sync() if ddp is not None and not boundary else contextlib.nullcontext()
-            with sync:
+            with strategy.micro_step(boundary):
                 with torch.autocast(
                     ctx.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None
                 ):
@@ -313,23 +264,23 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             step += 1
             micro_done = micro + 1
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)  # so the step's time is its own
+            step_seconds.append(time.perf_counter() - step_began)
             bar.update(1)
             recent = losses[-20 * cfg.grad_accum :]
             bar.set_postfix(loss=f"{sum(recent) / max(len(recent), 1):.4f}", epoch=epoch)
             if checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                if ctx.is_main:
-                    save_checkpoint(checkpoint_dir, snapshot())
-                barrier(ctx)
+                checkpoint()
+            step_began = time.perf_counter()
             if step >= total:
                 break
         else:
             epoch, micro_done = epoch + 1, 0
             if checkpoint_dir and cfg.checkpoint_each_epoch:
-                if ctx.is_main:
-                    save_checkpoint(checkpoint_dir, snapshot())
-                barrier(ctx)
+                checkpoint()
     bar.close()
-    return TrainResult(step, losses, time.perf_counter() - began, start_step)
+    return TrainResult(step, losses, time.perf_counter() - began, start_step, step_seconds)
 
 
 @torch.inference_mode()

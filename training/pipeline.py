@@ -38,6 +38,7 @@ from training.loop import (
     teardown_distributed,
     train,
 )
+from training.strategy import servable_model
 
 ID2LABEL = dict(enumerate(LABEL_NAMES))
 LABEL2ID = {name: i for i, name in ID2LABEL.items()}
@@ -130,7 +131,7 @@ def fine_tune(
     try:
         return _run(spec, ctx, train_examples, test_examples, clean_stats)
     finally:
-        teardown_distributed()
+        teardown_distributed(ctx)
 
 
 def _run(
@@ -164,9 +165,10 @@ def _run(
         checkpoint_dir=spec.out / "checkpoint",
         resume=spec.resume,
     )
+    served = servable_model(model, ctx)  # FSDP: every rank gathers, rank 0 gets the model
     metrics: dict[str, Any] | None = None
-    if ctx.is_main:
-        metrics = _evaluate_and_save(spec, ctx, model, tokenizer, pad_id, test_examples)
+    if served is not None:
+        metrics = _evaluate_and_save(spec, ctx, served, tokenizer, pad_id, test_examples)
         metrics.update(
             train_rows=len(train_examples),
             train_steps=result.steps,

@@ -1,0 +1,83 @@
+"""Activation checkpointing changes memory, not results; bad strategy setups fail clearly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import training.loop as loop
+from tests.unit.test_training_loop import make_examples, write_csv
+from training.activations import is_checkpointing, set_activation_checkpointing
+from training.data import TokenizedDataset, encode_texts
+from training.loop import TrainConfig
+from training.pipeline import load_for_training
+from training.strategy import SetupError, make_strategy
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    # A tiny model gains nothing from threads, and on a shared machine their spin-waits cost.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _run(model_dir: Path, cfg: TrainConfig) -> tuple[list[float], torch.nn.Module]:
+    loop.seed_everything(cfg.seed)
+    model, tok = load_for_training(model_dir)
+    rows = make_examples(48, seed=3)
+    ds = TokenizedDataset(encode_texts(tok, [e.text for e in rows], 32), [e.label for e in rows])
+    result = loop.train(model, ds, cfg, loop.DistContext(), int(tok.pad_token_id), progress=False)
+    return result.losses, model
+
+
+@pytest.mark.parametrize("freeze_layers", [0, 1], ids=["all-layers", "lowest-frozen"])
+def test_checkpointing_gives_the_same_losses_with_dropout_on(
+    tiny_model_dir: Path, freeze_layers: int
+) -> None:
+    # Dropout is on (BERT's 0.1): equal losses mean the recompute replayed the same masks.
+    # With the lowest layer frozen, the checkpointed layers' input needs no grad: the
+    # non-reentrant variant must still train them.
+    cfg = TrainConfig(
+        max_steps=3, batch_size=8, grad_accum=2, lr=1e-3, seed=7, freeze_layers=freeze_layers
+    )
+    plain, plain_model = _run(tiny_model_dir, cfg)
+    cfg.gradient_checkpointing = True
+    recomputed, model = _run(tiny_model_dir, cfg)
+    assert model.config.hidden_dropout_prob > 0 and is_checkpointing(model)
+    assert not is_checkpointing(plain_model)
+    assert recomputed == pytest.approx(plain, rel=1e-5, abs=1e-6)
+    for a, b in zip(plain_model.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    before = load_for_training(tiny_model_dir)[0].bert.encoder.layer[-1].output.dense.weight
+    assert not torch.equal(model.bert.encoder.layer[-1].output.dense.weight, before)
+
+
+def test_checkpointing_can_be_turned_off_again(tiny_model_dir: Path) -> None:
+    model, _ = load_for_training(tiny_model_dir)
+    set_activation_checkpointing(model, True)
+    assert is_checkpointing(model)
+    set_activation_checkpointing(model, False)
+    assert not is_checkpointing(model)
+
+
+def test_checkpointing_a_model_without_support_is_a_clear_error() -> None:
+    with pytest.raises(SetupError, match="no gradient checkpointing support"):
+        set_activation_checkpointing(torch.nn.Linear(2, 2), True)
+    set_activation_checkpointing(torch.nn.Linear(2, 2), False)  # off is always fine
+
+
+def test_fsdp_without_torchrun_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SetupError, match="torchrun"):
+        make_strategy("fsdp", loop.DistContext(), None)
+    with pytest.raises(SetupError, match="unknown --strategy"):
+        make_strategy("zero3", loop.DistContext(), None)
+    from training.__main__ import main
+
+    data = write_csv(tmp_path / "reviews.csv", make_examples(40, seed=6))
+    args = ["train", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(tmp_path)]
+    assert main([*args, "--strategy", "fsdp", "--max-steps", "1"]) == 2
