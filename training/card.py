@@ -71,7 +71,9 @@ def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> 
         f"- Steps: {metrics.get('train_steps')} optimizer steps, batch {cfg.get('batch_size')} "
         f"x {cfg.get('grad_accum')} accumulation x {metrics.get('world_size')} process(es), "
         f"lr {cfg.get('lr')}, warmup ratio {cfg.get('warmup_ratio')}, max length "
-        f"{cfg.get('max_length')}, seed {cfg.get('seed')}, AMP {cfg.get('amp')}",
+        f"{cfg.get('max_length')}, seed {cfg.get('seed')}, AMP {cfg.get('amp')}, "
+        f"{str(cfg.get('strategy', 'ddp')).upper()}"
+        + (", gradient checkpointing" if cfg.get("gradient_checkpointing") else ""),
         f"- Training loss: {metrics.get('first_loss')} (first steps) -> "
         f"{metrics.get('last_loss')} (last steps)",
         f"- Training time: {metrics.get('train_seconds')} s"

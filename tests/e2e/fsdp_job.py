@@ -2,9 +2,9 @@
 
 Starting Python, torch and transformers twice per process is most of an e2e run's time, so
 this job makes the process group once (the CLI then leaves it alone) and runs:
-  full      --strategy fsdp, 4 steps, a checkpoint every 2 (copies of each kept)
-  resumed   --strategy fsdp from the step-2 copy to step 4
-  ddp       the same 4 steps with --strategy ddp, for comparison
+  full      --strategy fsdp --gradient-checkpointing, 4 steps, a checkpoint every 2 (copies kept)
+  resumed   the same from the step-2 copy to step 4
+  ddp       the same 4 steps with --strategy ddp and no checkpointing, for comparison
 Usage: fsdp_job.py ENCODER DATA WORK
 """
 
@@ -37,12 +37,13 @@ def run() -> int:
         "train", f"--model={encoder}", f"--data={data}", "--max-steps=4", "--batch-size=8",
         "--grad-accum=2", "--max-length=32", "--lr=1e-3", "--checkpoint-every=2",
     ]  # fmt: skip
+    resume = work / "step-2"
     dist.init_process_group("gloo")
     _keep_copies(work)
     try:
         for name, extra in (
-            ("full", ["--strategy=fsdp", "--keep-checkpoint"]),
-            ("resumed", ["--strategy=fsdp", f"--resume={work / 'step-2'}"]),
+            ("full", ["--strategy=fsdp", "--gradient-checkpointing", "--keep-checkpoint"]),
+            ("resumed", ["--strategy=fsdp", "--gradient-checkpointing", f"--resume={resume}"]),
             ("ddp", ["--strategy=ddp", "--checkpoint-every=0"]),
         ):
             if dist.get_rank() == 0:

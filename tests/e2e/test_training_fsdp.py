@@ -44,12 +44,14 @@ def test_fsdp_trains_checkpoints_resumes_and_writes_one_servable_model(tmp_path:
     metrics = json.loads((resumed / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == 2 and metrics["train_steps"] == 4
     assert metrics["config"]["strategy"] == "fsdp" and metrics["world_size"] == 2
+    assert metrics["config"]["gradient_checkpointing"] is True
+    assert "FSDP" in (resumed / "README.md").read_text()  # the model card says how
 
     weights = {
         run: load_file(tmp_path / run / "model.safetensors") for run in ("full", "resumed", "ddp")
     }
     for name, tensor in weights["full"].items():
-        # Resuming replays the same steps; FSDP computes what DDP computes.
+        # Resuming replays the same steps; FSDP with checkpointing computes what DDP computes.
         assert torch.allclose(weights["resumed"][name], tensor, atol=1e-6), name
         assert torch.allclose(weights["ddp"][name], tensor, atol=1e-5), name
     for out in (full, resumed):
