@@ -19,6 +19,8 @@ BENCH_ARGS ?=
 PARITY_OUT ?= results/parity
 PARITY_ARGS ?=
 PROBE_ARGS ?=
+TRAIN_PROBE_OUT ?= results/train-probe
+TRAIN_PROBE_ARGS ?= --config bert-base
 GPU_BUNDLE ?= .gpu-bundle
 GPU_BENCH_OUT ?= results/gpu-bench
 GPU_BENCH_ARGS ?=
@@ -33,7 +35,7 @@ SOAK_OUT ?= results/soak
 SOAK_ARGS ?=
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
-	bench bench-overhead loadtest capacity probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
+	bench bench-overhead loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
 	checkov-tools soak export parity
 
 help:
@@ -45,6 +47,7 @@ help:
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
+	@echo "make train-probe  training memory and speed per batch x length; what fits a limit"
 	@echo "make export     ONNX (FP32 + INT8) copies of the default model for ONNX Runtime"
 	@echo "make parity     every backend vs torch on held-out texts, and their speed -> $(PARITY_OUT)"
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline, then checkov"
@@ -84,6 +87,11 @@ bench-overhead: default-model
 
 probe: default-model
 	$(PY) -m service probe --model-path $(MODEL_DIR) $(PROBE_ARGS)
+
+# Synthetic BERT-base by default (no download); e.g. TRAIN_PROBE_ARGS='--config bert-large
+# --memory-limit 40GiB' or '--model $(MODEL_DIR)'. A small grid on the CPU, a wide one on a GPU.
+train-probe: $(STAMP)
+	$(PY) -m training probe --json $(TRAIN_PROBE_OUT)/probe.json $(TRAIN_PROBE_ARGS)
 
 # ONNX copies beside the HF files (idempotent); SENTIMENT_BACKEND=onnx|onnx-int8 serves them.
 export: default-model

@@ -1,4 +1,4 @@
-"""Command line: `python -m training train | build-default | throughput ...`.
+"""Command line: `python -m training train | build-default | throughput | probe ...`.
 
 Run under `torchrun --nproc-per-node N -m training train ...` for data-parallel training
 (gloo on CPU, NCCL on GPUs); the same command without torchrun runs in one process.
@@ -14,6 +14,7 @@ from pathlib import Path
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.loop import TrainConfig
 from training.pipeline import RunSpec, fine_tune
+from training.probecli import add_probe_parser, run_probe
 from training.strategy import STRATEGIES, SetupError
 
 _DEFAULTS = TrainConfig()
@@ -178,12 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _train_parser(sub)
     _build_parser(sub)
     _throughput_parser(sub)
+    add_probe_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
             return _train(args)
         if args.command == "throughput":
             return _throughput(args)
+        if args.command == "probe":
+            return run_probe(args)
         from training.default_model import build_default
 
         return build_default(args.out, args.data_dir, force=args.force)

@@ -43,13 +43,32 @@ class ThroughputSpec:
     seed: int = 0
 
 
-def synthetic_bert_base(vocab_size: int = 30522) -> torch.nn.Module:
-    """BERT-base (12 layers, 768 wide, 110M parameters) with a random two-label head."""
+# BertConfig's defaults are BERT-base; BERT-large differs in these.
+SYNTHETIC: dict[str, dict[str, Any]] = {
+    "bert-base": {},
+    "bert-large": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+    },
+}
+
+
+def synthetic_bert(name: str, vocab_size: int = 30522) -> torch.nn.Module:
+    """A BERT-base or BERT-large sized two-label classifier with random weights."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    return BertForSequenceClassification(
-        BertConfig(vocab_size=vocab_size, id2label={0: "negative", 1: "positive"})
-    )
+    if name not in SYNTHETIC:
+        raise ValueError(f"unknown --config {name!r}; use one of {', '.join(SYNTHETIC)}")
+    labels = {0: "negative", 1: "positive"}
+    config = BertConfig(vocab_size=vocab_size, id2label=labels, **SYNTHETIC[name])
+    return BertForSequenceClassification(config)
+
+
+def synthetic_bert_base(vocab_size: int = 30522) -> torch.nn.Module:
+    """BERT-base (12 layers, 768 wide, 110M parameters) with a random two-label head."""
+    return synthetic_bert("bert-base", vocab_size)
 
 
 def load_model(path: Path) -> torch.nn.Module:
