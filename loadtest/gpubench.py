@@ -9,6 +9,9 @@ figures:
   bench     `python -m loadtest.bench --synthetic-bert-base`: the service over HTTP (single- and
             32-text requests, p50/p99), the in-process limit, GPU memory peak, CPU figures
   parity    backend parity (only the torch backend exists yet: skipped)
+  train-probe-bert-base, train-probe-bert-large (with --train-probe)  `python -m training
+            probe`: training peak memory and speed per batch x length, AMP and checkpointing
+            off/on, and the largest batch per length that fits 40 GiB
 Everything lands in --out: each part's JSON and log, summary.json and summary.md.
 `--cpu-smoke` runs the same path on the CPU with a tiny model and tiny durations.
 This process uses the standard library only; the parts import the rest.
@@ -71,6 +74,9 @@ class Run:
 
 FULL_BUDGETS = {"prepare": 60.0, "training": 90.0, "probe": 75.0, "bench": 300.0}
 SMOKE_BUDGETS = {"prepare": 60.0, "training": 60.0, "probe": 60.0, "bench": 240.0}
+# --train-probe: on a GPU the two synthetic sizes, on the CPU one pass over the tiny model.
+TRAIN_PROBE_BUDGETS = {"train-probe-bert-base": 150.0, "train-probe-bert-large": 240.0}
+TRAIN_PROBE_SMOKE_BUDGETS = {"train-probe-tiny": 120.0}
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -181,7 +187,21 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
     return cmd
 
 
-def run_all(run: Run, bundle: Path) -> None:
+def run_train_probe(run: Run, py: str, tiny: Path) -> None:
+    """The optional training-memory parts: what fits 40 GiB, per batch x length."""
+    common = [py, "-m", "training", "probe", "--device", run.device, "--memory-limit", "40GiB"]
+    if run.smoke:
+        out = run.out / "train-probe-tiny.json"
+        cmd = [*common, "--model", str(tiny), "--batch-sizes", "1,2", "--lengths", "16"]
+        run_part(run, "train-probe-tiny", [*cmd, "--amp", "off", "--json", str(out)], out)
+        return
+    for size in ("bert-base", "bert-large"):
+        out = run.out / f"train-probe-{size}.json"
+        cmd = [*common, "--config", size, "--batch-sizes", "16,64,256", "--lengths", "128,512"]
+        run_part(run, f"train-probe-{size}", [*cmd, "--json", str(out)], out)
+
+
+def run_all(run: Run, bundle: Path, train_probe: bool = False) -> None:
     """Every part in order; a failed part is recorded and the next one runs."""
     py = sys.executable
     if (bundle / "manifest.json").is_file() and not run.smoke:
@@ -233,6 +253,8 @@ def run_all(run: Run, bundle: Path) -> None:
     run_part(run, "probe", probe, run.out / "probe.json")
 
     run_part(run, "bench", _bench_cmd(run, py), run.out / "bench" / "bench.json")
+    if train_probe:
+        run_train_probe(run, py, run.work / "tiny")
     # Backend parity (e.g. ONNX Runtime / TensorRT vs torch: the same labels, speed side by
     # side) goes here once a second backend exists.
     run.parts["parity"] = {"status": "skipped: only the torch backend exists"}
@@ -240,6 +262,7 @@ def run_all(run: Run, bundle: Path) -> None:
 
 def _budgets(pairs: list[str], smoke: bool) -> dict[str, float]:
     budgets = dict(SMOKE_BUDGETS if smoke else FULL_BUDGETS)
+    budgets.update(TRAIN_PROBE_SMOKE_BUDGETS if smoke else TRAIN_PROBE_BUDGETS)
     for pair in pairs:
         name, _, seconds = pair.partition("=")
         budgets[name] = float(seconds)
@@ -252,7 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/gpu-bench"))
     parser.add_argument("--bundle", type=Path, default=Path(".gpu-bundle"))
     parser.add_argument("--cpu-smoke", action="store_true", help="CPU, tiny model, seconds")
-    parser.add_argument("--total-s", type=float, default=450.0, help="limit for everything")
+    parser.add_argument(
+        "--total-s", type=float, help="limit for everything (450 s; 840 s with --train-probe)"
+    )
+    parser.add_argument(
+        "--train-probe", action="store_true", help="also the training-memory probe (BERT sizes)"
+    )
     parser.add_argument(
         "--budget", action="append", default=[], metavar="PART=SECONDS", help="a part's limit"
     )
@@ -265,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             out=out,
             work=Path(work),
             smoke=args.cpu_smoke,
-            deadline=began + args.total_s,
+            deadline=began + (args.total_s or (840.0 if args.train_probe else 450.0)),
             budgets=_budgets(args.budget, args.cpu_smoke),
         )
-        run_all(run, args.bundle.resolve())
+        run_all(run, args.bundle.resolve(), args.train_probe)
     doc = summarize(run.parts, "cpu-smoke" if run.smoke else "gpu")
     doc["seconds"] = round(time.monotonic() - began, 1)
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -9,6 +9,7 @@ MULTI_TEXTS_PER_S = 20_000.0  # with 32-text requests
 SINGLE_REQUESTS_PER_S = 8_000.0  # single-text requests
 TRAIN_SAMPLES_PER_S_A100 = 320.0  # published: BERT-base fine-tuning, length 128, one A100
 PARTS = ("bundle", "preflight", "prepare", "training", "probe", "bench", "parity")
+TRAIN_PROBES = ("train-probe-tiny", "train-probe-bert-base", "train-probe-bert-large")
 
 
 def _cpu_figures(doc: Any, path: str = "") -> dict[str, Any]:
@@ -63,7 +64,9 @@ def _target(name: str, value: float | None, goal: float) -> dict[str, Any]:
 
 def summarize(parts: dict[str, dict[str, Any]], mode: str) -> dict[str, Any]:
     """Status per part, headline figures and targets (targets only mean something on a GPU)."""
-    status = {name: parts[name].get("status", "ok") for name in PARTS if name in parts}
+    status = {
+        name: parts[name].get("status", "ok") for name in PARTS + TRAIN_PROBES if name in parts
+    }
     all_ok = all(s == "ok" or s.startswith("skipped: only") for s in status.values())
     doc: dict[str, Any] = {"mode": mode, "status": status, "all_ok": all_ok, "parts": parts}
     doc["preflight"] = {k: v for k, v in parts.get("preflight", {}).items() if k != "status"}
@@ -77,6 +80,11 @@ def summarize(parts: dict[str, dict[str, Any]], mode: str) -> dict[str, Any]:
         "training_gpu_peak_bytes": train.get("gpu_peak_bytes"),
         "probe_advice": probe.get("advice"),
         "bench": figures,
+        "train_probe": {
+            name: parts[name].get("result", {}).get("advice", {}).get("best", [])
+            for name in TRAIN_PROBES
+            if name in parts
+        },
     }
     single = figures.get("single", {}).get("texts_per_s")
     multi = figures.get("multi", {})
@@ -146,6 +154,15 @@ def markdown(doc: dict[str, Any]) -> str:
         rows.append(
             ("probe: recommended micro-batch tokens", _fmt(advice.get("micro_batch_tokens")))
         )
+    for name, best in fig.get("train_probe", {}).items():
+        for f in best:
+            rows.append(
+                (
+                    f"{name}, length {f['length']}, fits 40 GiB: batch (AMP, checkpointing)",
+                    f"{f['batch']} ({f['amp']}, {'on' if f['checkpointing'] else 'off'}): "
+                    f"{_fmt(f['tokens_per_s'])} tokens/s, {_mib(f['peak_bytes'])}",
+                )
+            )
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for t in doc["targets"]:

@@ -19,13 +19,15 @@ pytestmark = pytest.mark.slow
 def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: Path) -> None:
     out = tmp_path / "gpu-bench"
     cmd = [sys.executable, "-m", "loadtest.gpubench", "--cpu-smoke", "--out", str(out),
-           "--bundle", str(tmp_path / "no-bundle"), "--budget", "bench=0"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+           "--bundle", str(tmp_path / "no-bundle"), "--budget", "bench=0",
+           "--train-probe"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # bench skipped
     doc = json.loads((out / "summary.json").read_text())
     assert doc["mode"] == "cpu-smoke" and doc["all_ok"] is False
     status = doc["status"]
-    assert [status[p] for p in ("prepare", "training", "probe")] == ["ok", "ok", "ok"], doc
+    parts = ("prepare", "training", "probe", "train-probe-tiny")
+    assert [status[p] for p in parts] == ["ok", "ok", "ok", "ok"], doc
     assert status["bench"].startswith("skipped") and status["parity"].startswith("skipped")
     assert doc["preflight"]["cuda"] is False and doc["preflight"]["cores"] >= 1
     train = doc["parts"]["training"]["result"]
@@ -33,8 +35,12 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
     assert doc["figures"]["training_samples_per_s"] == train["samples_per_s"]
     assert doc["figures"]["probe_advice"]["micro_batch_tokens"] > 0
     assert [t["goal"] for t in doc["targets"]] == [20_000.0, 8_000.0, 320.0]
-    for name in ("training.json", "probe.json", "training.log", "probe.log", "prepare.log"):
+    best = doc["figures"]["train_probe"]["train-probe-tiny"]
+    assert [f["length"] for f in best] == [16] and best[0]["batch"] == 2
+    for name in ("training.json", "probe.json", "training.log", "probe.log", "prepare.log",
+                 "train-probe-tiny.json"):  # fmt: skip
         assert (out / name).is_file(), name
     table = (out / "summary.md").read_text()
     assert "| training | ok |" in table and "| bench | skipped" in table
     assert "| training samples/s (published A100 figure) |" in table
+    assert "| train-probe-tiny | ok |" in table and "train-probe-tiny, length 16" in table
