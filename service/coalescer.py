@@ -26,24 +26,6 @@ from service.encoding import Packed, Scored, concat, status_error
 ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
 
 
-def resend_on(
-    errors: tuple[type[BaseException], ...], call: ModelCall, on_resend: Callable[[], None]
-) -> ModelCall:
-    """`call`, sent once more when it fails with one of `errors` (the model replica died with
-    the call), with what is left of each text's budget. Classifying is idempotent, so a call
-    may be computed twice; a second failure is the call's answer."""
-
-    async def once_more(packed: Packed, budgets: npt.NDArray[np.float32]) -> Scored:
-        sent = time.monotonic()
-        try:
-            return await call(packed, budgets)
-        except errors:
-            on_resend()
-            return await call(packed, budgets - np.float32(time.monotonic() - sent))
-
-    return once_more
-
-
 @dataclass(frozen=True)
 class Reply:
     """One request's answer: a probability row, a truncation flag and a window count per text."""

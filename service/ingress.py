@@ -10,7 +10,6 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,12 +17,12 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope
 
 from service.admission import Admission
 from service.auth import ApiKeys
 from service.chunking import WindowEncoder
-from service.coalescer import Coalescer, Reply, resend_on
+from service.coalescer import Coalescer, Reply
 from service.drain import DrainWatch
 from service.encoding import Packed, Scored, labels_of
 from service.errors import (
@@ -34,14 +33,15 @@ from service.errors import (
     ShuttingDown,
     error_response,
 )
+from service.failover import Failover
 from service.http import (
     ERROR_RESPONSES,
+    Answer,
     ClientGone,
+    Front,
     create_app,
     document_request_body,
     read_body,
-    route_path,
-    send_json,
 )
 from service.metrics import IngressMetrics
 from service.modeldir import check_model_dir
@@ -51,7 +51,6 @@ from service.settings import BatchConfig, Settings
 logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
 MODEL_DEPLOYMENT = "SentimentModel"
-Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
 
 
 @serve.deployment(name="SentimentIngress")
@@ -76,9 +75,19 @@ class SentimentIngress:
         self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
         self.batch = s.batch
         self.metrics = IngressMetrics()
-        # A model replica that dies (crash, SIGKILL, lost node) fails the calls it held; each
-        # is sent once more, and Serve's router picks a live replica or waits for a new one.
-        call = resend_on((RayActorError,), self._call_model, self._count_resend)
+        # A model replica that dies fails the calls it held (RayActorError: ActorDiedError, or
+        # ActorUnavailableError over gRPC); each is sent once more, or refused with 503 while
+        # no replica answers (service.failover).
+        call = Failover(
+            self._call_model,
+            self._model_info,
+            (RayActorError,),
+            probe_s=s.model_probe_s,
+            retry_after_s=s.retry_after_s,
+            is_up=lambda: self.model_ready,
+            on_resend=self._count_resend,
+            on_down=self._model_lost,
+        )
         windows = s.max_windows if s.long_texts == "chunk" else 1
         self.encoder = WindowEncoder.load(s.model_path, s.max_seq_len, windows, s.window_overlap)
         self.coalescer = Coalescer(
@@ -109,7 +118,7 @@ class SentimentIngress:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """The lean classify route in front of a FastAPI app for everything else."""
-        return Front(self._fastapi(), self.answer)
+        return Front(self._fastapi(), CLASSIFY_PATH, self.answer)
 
     def _fastapi(self) -> FastAPI:
         api = create_app()
@@ -172,7 +181,8 @@ class SentimentIngress:
         if texts is None:  # unusual or invalid: full validation, with field-level details
             texts = parse_request(raw, self.request_model).all_texts()
         if not self.model_ready:
-            raise NotReady("model is loading or warming up")
+            retry = {"Retry-After": str(s.retry_after_s)}
+            raise NotReady("model is loading, warming up or restarting", headers=retry)
         if self.drain.draining:
             raise ShuttingDown(s.retry_after_s)
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
@@ -218,6 +228,12 @@ class SentimentIngress:
     def _count_resend(self) -> None:
         self._counts["resent", ""] += 1
 
+    def _model_lost(self) -> None:
+        """No model replica answered: refuse at once until one does again."""
+        self.model_ready = False
+        if self._watch.done():
+            self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
+
     async def _model_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await self.model.info.remote()
         return info
@@ -259,30 +275,6 @@ class SentimentIngress:
                 for _ in range(texts):
                     m.text_windows.observe(count)
             m.pending_texts.set(self.admission.pending)
-
-
-class Front:
-    """ASGI: `POST /v1/classify` straight to `answer`, everything else to FastAPI. It shows
-    FastAPI's routes and router, so Ray labels its request metrics by route as before."""
-
-    def __init__(self, api: FastAPI, answer: Callable[[Scope, Receive], Awaitable[Answer]]) -> None:
-        self.api = api
-        self.answer = answer
-        # Ray matches every request against these to label its metrics: the hot route first.
-        self.routes = sorted(api.routes, key=lambda r: getattr(r, "path", "") != CLASSIFY_PATH)
-        self.router = api.router
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and (route_path(scope) == CLASSIFY_PATH)
-        ):
-            status, body, headers = await self.answer(scope, receive)
-            if status != 499:  # the client left: nobody to answer
-                await send_json(send, status, body, headers)
-        else:
-            await self.api(scope, receive, send)
 
 
 def _expire(future: asyncio.Future[Reply], timeout: float) -> None:

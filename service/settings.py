@@ -122,6 +122,12 @@ class Settings(BaseSettings):
     ingress_calls_in_flight: int = Field(
         1, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
     )
+    model_probe_s: float = Field(
+        2.0,
+        gt=0.0,
+        description="After a model replica died with a call: how long an ingress waits for "
+        "any model replica to answer before it answers 503 instead of holding requests.",
+    )
     max_ongoing_requests: int = Field(
         1024, ge=1, description="Per replica; must exceed batch size or batches never fill."
     )

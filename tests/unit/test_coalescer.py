@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.chunking import WindowEncoder
-from service.coalescer import Coalescer, Reply, resend_on
+from service.coalescer import Coalescer
 from service.encoding import EXPIRED, FAILED, Packed, Scored
 from service.errors import DeadlineExceeded, InternalError
 
@@ -167,54 +167,3 @@ def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: WindowEnco
     first, second, third = asyncio.run(main())
     assert isinstance(second, InternalError) and second.status == 500
     assert not isinstance(first, Exception) and not isinstance(third, Exception)
-
-
-class ReplicaDied(Exception):
-    """Stands in for Ray's RayActorError."""
-
-
-class DiesOnce(FakeModel):
-    """Fails its first `deaths` calls as a killed replica would, then answers."""
-
-    def __init__(self, deaths: int, error: type[Exception] = ReplicaDied) -> None:
-        super().__init__(pause_s=0.01)
-        self.deaths, self.error = deaths, error
-        self.budgets: list[np.ndarray] = []
-
-    async def __call__(self, packed: Packed, budgets: np.ndarray) -> Scored:
-        self.budgets.append(budgets.copy())
-        if len(self.budgets) <= self.deaths:
-            await asyncio.sleep(0.02)
-            raise self.error("the replica died")
-        return await super().__call__(packed, budgets)
-
-
-def test_a_call_whose_replica_died_is_sent_once_more(encoder: WindowEncoder) -> None:
-    model, resent = DiesOnce(deaths=1), []
-    call = resend_on((ReplicaDied,), model, lambda: resent.append(1))
-    coalescer = Coalescer(call, max_texts=64, in_flight=1)
-
-    async def main() -> list[Reply]:
-        deadline = time.monotonic() + 5
-        futures = [
-            coalescer.submit(encoder.encode(t), deadline) for t in (["good"], ["bad", "fine"])
-        ]
-        return await asyncio.gather(*futures)
-
-    replies = asyncio.run(main())
-    assert [len(r.probs) for r in replies] == [1, 2] and resent == [1]
-    first, second = model.budgets[:2]  # the first request went out alone, and died
-    assert (second < first).all()  # the time the dead call took is gone from the budgets
-
-
-def test_a_second_death_or_another_error_is_the_answer(encoder: WindowEncoder) -> None:
-    for model, tries in ((DiesOnce(deaths=2), 2), (DiesOnce(1, error=ValueError), 1)):
-        call = resend_on((ReplicaDied,), model, lambda: None)
-        coalescer = Coalescer(call, max_texts=64, in_flight=1)
-
-        async def main(c: Coalescer = coalescer) -> Reply:
-            return await c.submit(encoder.encode(["good"]), time.monotonic() + 5)
-
-        with pytest.raises((ReplicaDied, ValueError)):
-            asyncio.run(main())
-        assert len(model.budgets) == tries

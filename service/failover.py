@@ -1,0 +1,93 @@
+"""Model calls that outlive the model replica they went to.
+
+A model replica that dies (a crash, a SIGKILL, a lost node) fails every call it held. The
+ingress sends each such call once more, with what is left of its texts' budgets: classifying
+is idempotent, so computing a call twice is harmless, and Serve's router picks a live replica.
+
+When no replica is alive (the only one died), Serve's router holds a call until Ray has
+started a new one, which takes longer than a request's deadline. So while the call is resent,
+a cheap probe asks whether any replica answers within `probe_s`:
+- it answers: another replica lives; the resend is awaited (bounded by the request deadline
+  as every call is), so an answerable request is never refused;
+- it does not: the resend is dropped and the call's requests get 503 with Retry-After at
+  once; `on_down` tells the ingress to refuse new requests the same way until a replica
+  answers again, instead of letting each of them wait for its deadline.
+A second death of the same call is answered 503 too: clients may retry it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from service.coalescer import ModelCall
+from service.encoding import Packed, Scored
+from service.errors import NotReady
+
+
+class Failover:
+    """A `ModelCall` that resends once on replica death and refuses while none is alive."""
+
+    def __init__(
+        self,
+        call: ModelCall,
+        probe: Callable[[], Awaitable[object]],
+        lost: tuple[type[BaseException], ...],
+        *,
+        probe_s: float,
+        retry_after_s: int,
+        is_up: Callable[[], bool] = lambda: True,
+        on_resend: Callable[[], None] = lambda: None,
+        on_down: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.call = call
+        self.probe = probe  # any cheap call that a live model replica answers
+        self.lost = lost  # the errors that say the replica died with the call
+        self.probe_s = probe_s
+        self.retry_after_s = retry_after_s
+        self.is_up = is_up
+        self.on_resend = on_resend
+        self.on_down = on_down
+        self._probing: asyncio.Task[bool] | None = None
+
+    def refusal(self, message: str) -> NotReady:
+        """503 in the service's error shape, with Retry-After."""
+        return NotReady(message, headers={"Retry-After": str(self.retry_after_s)})
+
+    async def __call__(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> Scored:
+        if not self.is_up():  # queued before the model was found gone: no waiting for it
+            raise self.refusal("no model replica is available; retry shortly")
+        sent = time.monotonic()
+        try:
+            return await self.call(packed, budgets)
+        except self.lost:
+            self.on_resend()
+        left = budgets - np.float32(time.monotonic() - sent)
+        resend = asyncio.ensure_future(self.call(packed, left))
+        probe = self._alive()
+        await asyncio.wait({resend, probe}, return_when=asyncio.FIRST_COMPLETED)
+        if not resend.done() and not await probe:
+            resend.cancel()
+            self.on_down()
+            raise self.refusal("no model replica is available; retry shortly")
+        try:
+            return await resend
+        except self.lost:
+            raise self.refusal("the model replica failed twice; retry shortly") from None
+
+    def _alive(self) -> asyncio.Task[bool]:
+        """One probe at a time, shared by every call that failed meanwhile."""
+        if self._probing is None or self._probing.done():
+            self._probing = asyncio.ensure_future(self._probe())
+        return self._probing
+
+    async def _probe(self) -> bool:
+        try:
+            await asyncio.wait_for(self.probe(), self.probe_s)
+        except Exception:  # timed out, or the replica it reached died too
+            return False
+        return True
