@@ -33,10 +33,12 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(subst ==,-,$(CHECKOV_SPEC))
 SOAK_MINUTES ?= 10
 SOAK_OUT ?= results/soak
 SOAK_ARGS ?=
+CHAOS_OUT ?= results/chaos
+CHAOS_ARGS ?=
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
 	bench bench-overhead loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
-	checkov-tools soak export parity
+	checkov-tools soak export parity chaos
 
 help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
@@ -52,6 +54,7 @@ help:
 	@echo "make parity     every backend vs torch on held-out texts, and their speed -> $(PARITY_OUT)"
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline, then checkov"
 	@echo "make soak       SOAK_MINUTES of the Locust soak shape against a service it starts; RSS"
+	@echo "make chaos      SIGKILL a model replica under load (2 replicas, then 1) -> $(CHAOS_OUT)"
 	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
 	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 
@@ -125,6 +128,11 @@ checkov-tools: $(CHECKOV_STAMP)
 # process's RSS; figures in $(SOAK_OUT)/soak.json and a printed table.
 soak: default-model
 	$(PY) -m loadtest.soak --model-path $(MODEL_DIR) --minutes $(SOAK_MINUTES) --out $(SOAK_OUT) $(SOAK_ARGS)
+
+# Starts the service itself (HAProxy ingress), 32 clients, SIGKILLs one model replica, waits for
+# Ray to replace it; figures in $(CHAOS_OUT)/chaos.json and chaos.md and a printed table.
+chaos: default-model
+	$(PY) -m loadtest.chaos --model-path $(MODEL_DIR) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 # A real Prometheus and promtool (Debian's package) for k8s-check and the monitoring tests.
 prometheus-tools:

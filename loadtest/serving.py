@@ -197,6 +197,11 @@ def local_service(settings: Settings, ingress: str, ingress_replicas: int) -> It
         yield f"{base}/service/v1/classify"
 
 
+def metrics_port() -> int:
+    """Ray's metrics export port of the running `ray_serve`."""
+    return _state["metrics_port"]
+
+
 def gpu_peak_bytes() -> float:
     """The service replica's GPU memory peak as it exports it (0 on CPU)."""
     from prometheus_client.parser import text_string_to_metric_families

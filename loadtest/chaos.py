@@ -1,0 +1,251 @@
+"""`make chaos`: SIGKILL a model replica while clients send requests, and report what they saw.
+
+    python -m loadtest.chaos --model-path models/default --replicas 2 1 --out results/chaos
+
+For each count of model replicas: the service on a local Ray with HAProxy ingress (as `make
+bench` runs it), `--clients` closed-loop clients sending one text per request (after a 429 or
+503 they wait for its Retry-After), and after `--before-s` the busiest model replica process
+SIGKILLed. The load goes on until Ray has every replica running again and answers are 200
+again (at least `--after-s`, at most `--max-after-s` past the kill). Writes chaos.json
+(figures, per-second timeline) and chaos.md, and prints the table. Exits 1 when a two-replica
+run lost or failed a request, or a one-replica run never answered 200 again; 2 when the
+service could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from loadtest import corpus, cpu, scrape, serving
+from loadtest.httpload import bodies
+from loadtest.outage import Request, figures, markdown, timeline
+from loadtest.report import hardware
+
+APP = "chaos"
+MODEL = "SentimentModel"
+RESENT = "ray_sentiment_resent_model_calls_total"
+
+
+def replica_pids(app: str, deployment: str, root: int, proc: Path = cpu.PROC) -> list[int]:
+    """Processes below `root` that are replicas of `deployment` in application `app` (Ray
+    titles them `ray::ServeReplica:<app>:<deployment>`)."""
+    stats = cpu.processes(proc)
+    below = cpu.descendants({pid: s.ppid for pid, s in stats.items()}, root)
+    title = f"ray::ServeReplica:{app}:{deployment}"
+    # Ray appends the method an actor is running (`...:SentimentModel.infer`).
+    return sorted(p for p in below if cpu.cmdline(p, proc).split(" ", 1)[0].split(".")[0] == title)
+
+
+def _running(app: str) -> int | None:
+    """Model replicas Ray reports RUNNING (None: status unavailable)."""
+    from ray import serve
+    from ray.serve._private.common import ReplicaState
+
+    try:
+        status = serve.status().applications[app].deployments[MODEL]
+    except Exception:  # the controller is busy or the app is gone: no sample
+        return None
+    return int(status.replica_states.get(ReplicaState.RUNNING, 0))
+
+
+class Watch:
+    """Samples Ray's count of running model replicas in a thread (serve.status blocks)."""
+
+    def __init__(self, app: str, t0: float, every_s: float = 0.2) -> None:
+        self.app, self.t0, self.every_s = app, t0, every_s
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            running = _running(self.app)
+            if running is not None:
+                self.samples.append((time.perf_counter() - self.t0, running))
+            self._stop.wait(self.every_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def busiest(pids: list[int], window_s: float = 0.5) -> int:
+    """The replica whose forward thread computed most in the last `window_s`: the one that
+    surely holds calls (an idle one's death would test nothing)."""
+    before = cpu.snapshot(os.getpid())
+    time.sleep(window_s)
+    after = cpu.snapshot(os.getpid())
+    work = {pid: 0 for pid in pids}
+    for key, sample in after.samples.items():
+        if sample.pid in work:
+            start = before.samples.get(key)
+            work[sample.pid] = sample.forward_ticks - (start.forward_ticks if start else 0)
+    return max(pids, key=lambda pid: work[pid])
+
+
+async def _kill_one(after_s: float, replicas: int, t0: float) -> tuple[int, float]:
+    """SIGKILL the busiest model replica process `after_s` from now; (its pid, when)."""
+    await asyncio.sleep(after_s)
+    pids = replica_pids(APP, MODEL, os.getpid())
+    if len(pids) != replicas:
+        raise RuntimeError(f"expected {replicas} {MODEL} replica processes, found {pids}")
+    victim = await asyncio.to_thread(busiest, pids)
+    os.kill(victim, signal.SIGKILL)
+    kill = time.perf_counter() - t0
+    print(f"  SIGKILLed {MODEL} replica pid {victim} at {kill:.1f}s", flush=True)
+    return victim, kill
+
+
+async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[str, Any]:
+    """The load, the kill and the wait for recovery; the figures."""
+    payloads = bodies(corpus.generate(512, seed=11), 1)
+    requests: list[Request] = []
+    t0 = time.perf_counter()
+    watch = Watch(APP, t0)
+    kill = 0.0
+    stop = asyncio.Event()
+
+    async def client(session: aiohttp.ClientSession, i: int) -> None:
+        n = i
+        while not stop.is_set() and len(requests) < args.max_requests:
+            body = payloads[n % len(payloads)][0]
+            n += args.clients
+            start = time.perf_counter() - t0
+            try:
+                async with session.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                ) as r:
+                    await r.read()
+                    status, retry = r.status, r.headers.get("retry-after", "")
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                status, retry = 0, ""
+            requests.append(Request(start, time.perf_counter() - t0, status))
+            if status in (429, 503) and retry.isdigit():  # as a well-behaved client does
+                await asyncio.sleep(int(retry))
+
+    def recovered(now: float) -> bool:
+        f = figures(requests, kill, watch.samples, replicas)
+        back = f["ray"]["healthy_s"] is not None and (
+            f["first_failure_s"] is None or f["resumed_s"] is not None
+        )
+        return now - kill >= args.after_s and back
+
+    timeout = aiohttp.ClientTimeout(total=args.client_timeout_s)
+    connector = aiohttp.TCPConnector(limit=args.clients, limit_per_host=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        clients = [asyncio.create_task(client(session, i)) for i in range(args.clients)]
+        try:
+            victim, kill = await _kill_one(args.before_s, replicas, t0)
+            settle: float | None = None
+            while (now := time.perf_counter() - t0) - kill < args.max_after_s:
+                if settle is None and recovered(now):
+                    settle = now
+                if settle is not None and now - settle >= args.settle_s:
+                    break
+                await asyncio.sleep(0.5)
+        finally:
+            stop.set()
+            watch.stop()
+            await asyncio.gather(*clients, return_exceptions=True)
+    return {
+        "replicas": replicas,
+        "clients": args.clients,
+        "killed_pid": victim,
+        "kill_at_s": round(kill, 3),
+        "figures": figures(requests, kill, watch.samples, replicas),
+        "timeline": timeline(requests, kill),
+        "running": [(round(t - kill, 2), n) for t, n in watch.samples],
+    }
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
+    """One rehearsal on a Ray of its own, torn down after."""
+    from ray import serve
+
+    from service.deployment import application
+
+    settings = serving.service_settings(args.model_path, args.threads, "cpu", "auto", 1)
+    update = {"num_replicas": replicas, "ingress_calls_in_flight": args.calls_in_flight}
+    settings = settings.model_copy(update=update)
+    cpus = settings.num_cpus * replicas + settings.ingress_num_cpus
+    # Ray exports metrics every 10 s by default; the resend count is read at the end.
+    os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
+    with serving.ray_serve("haproxy", cpus) as base:
+        serve.run(application(settings), name=APP, route_prefix=f"/{APP}")
+        deadline = time.monotonic() + args.start_timeout_s
+        # /readyz answers once one replica does; the kill needs every one of them up.
+        while not _ready(f"{base}/{APP}/readyz") or _running(APP) != replicas:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the service did not get ready")
+            time.sleep(1)
+        print(f"{replicas} model replica(s): {args.clients} clients", flush=True)
+        doc = asyncio.run(rehearse(f"{base}/{APP}/v1/classify", args, replicas))
+        metrics = scrape.scrape(f"http://127.0.0.1:{serving.metrics_port()}/metrics")
+        doc["resent_calls"] = scrape.total(metrics, RESENT, application=APP)
+        return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--model-path", type=Path, required=True)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
+    parser.add_argument(
+        "--calls-in-flight", type=int, default=2, help="per ingress (KubeRay's setting)"
+    )
+    parser.add_argument("--before-s", type=float, default=10.0, help="load before the kill")
+    parser.add_argument("--after-s", type=float, default=15.0, help="least load after it")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="load after recovery")
+    parser.add_argument("--max-after-s", type=float, default=300.0)
+    parser.add_argument("--client-timeout-s", type=float, default=30.0)
+    parser.add_argument("--max-requests", type=int, default=200_000)
+    parser.add_argument("--start-timeout-s", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=Path("results/chaos"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        scenarios = [scenario(args, n) for n in args.replicas]
+    except Exception as exc:  # Ray or the service did not start: no figures to report
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    table = markdown(scenarios)
+    doc = {"hardware": hardware(), "model_path": str(args.model_path), "scenarios": scenarios}
+    (args.out / "chaos.json").write_text(json.dumps(doc, indent=1))
+    (args.out / "chaos.md").write_text(table + "\n")
+    print(table)
+    print(f"written to {args.out / 'chaos.json'} and chaos.md")
+    bad = False
+    for s in scenarios:
+        f = s["figures"]
+        if s["replicas"] > 1:
+            bad |= f["lost"] > 0 or set(f["statuses"]) != {"200"}
+        else:
+            never_back = f["resumed_s"] is None and f["first_failure_s"] is not None
+            bad |= f["lost"] > 0 or never_back
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
