@@ -5,13 +5,14 @@ ingress sends each such call once more, with what is left of its texts' budgets:
 is idempotent, so computing a call twice is harmless, and Serve's router picks a live replica.
 
 When no replica is alive (the only one died), Serve's router holds a call until Ray has
-started a new one, which takes longer than a request's deadline. So while the call is resent,
-a cheap probe asks whether any replica answers within `probe_s`:
-- it answers: another replica lives; the resend is awaited (bounded by the request deadline
-  as every call is), so an answerable request is never refused;
-- it does not: the resend is dropped and the call's requests get 503 with Retry-After at
-  once; `on_down` tells the ingress to refuse new requests the same way until a replica
-  answers again, instead of letting each of them wait for its deadline.
+started a new one, which takes longer than a request's deadline. So a cheap probe asks whether
+any replica answers within `probe_s`, whenever a call is resent, and whenever a call is still
+out after `probe_s` (it may be held for a replica that died while idle):
+- one answers: a replica lives; the call is awaited (bounded by the request deadline, as
+  every call is), so an answerable request is never refused, however slow;
+- none does: the call is dropped and its requests get 503 with Retry-After; `on_down` tells
+  the ingress to refuse new requests the same way, at once, until a replica answers again,
+  instead of letting each of them wait out its deadline.
 A second death of the same call is answered 503 too: clients may retry it.
 """
 
@@ -27,6 +28,8 @@ import numpy.typing as npt
 from service.coalescer import ModelCall
 from service.encoding import Packed, Scored
 from service.errors import NotReady
+
+NO_REPLICA = "no model replica is available; retry shortly"
 
 
 class Failover:
@@ -59,25 +62,45 @@ class Failover:
         return NotReady(message, headers={"Retry-After": str(self.retry_after_s)})
 
     async def __call__(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> Scored:
-        if not self.is_up():  # queued before the model was found gone: no waiting for it
-            raise self.refusal("no model replica is available; retry shortly")
+        if not self.is_up():  # the model is known to be gone: no waiting for it
+            raise self.refusal(NO_REPLICA)
         sent = time.monotonic()
+        first = asyncio.ensure_future(self.call(packed, budgets))
         try:
-            return await self.call(packed, budgets)
+            # A call still out after `probe_s` may wait in Serve's router for a replica that
+            # is gone (it died while idle, or this call went out after it died).
+            if not await self._answered_or_alive(first, self.probe_s):
+                raise self._gone()
+            return await first
         except self.lost:
             self.on_resend()
-        left = budgets - np.float32(time.monotonic() - sent)
-        resend = asyncio.ensure_future(self.call(packed, left))
-        probe = self._alive()
-        await asyncio.wait({resend, probe}, return_when=asyncio.FIRST_COMPLETED)
-        if not resend.done() and not await probe:
-            resend.cancel()
-            self.on_down()
-            raise self.refusal("no model replica is available; retry shortly")
+        resend = asyncio.ensure_future(
+            self.call(packed, budgets - np.float32(time.monotonic() - sent))
+        )
+        if not await self._answered_or_alive(resend, 0.0):
+            raise self._gone()
         try:
             return await resend
         except self.lost:
             raise self.refusal("the model replica failed twice; retry shortly") from None
+
+    async def _answered_or_alive(self, call: asyncio.Future[Scored], wait_s: float) -> bool:
+        """True once `call` is done (answered or failed), or when a model replica answers a
+        probe while it is out; else `call` is dropped and False."""
+        if wait_s > 0:
+            await asyncio.wait({call}, timeout=wait_s)
+        if call.done():
+            return True
+        probe = self._alive()
+        await asyncio.wait({call, probe}, return_when=asyncio.FIRST_COMPLETED)
+        if call.done() or await probe:
+            return True
+        call.cancel()
+        return False
+
+    def _gone(self) -> NotReady:
+        self.on_down()
+        return self.refusal(NO_REPLICA)
 
     def _alive(self) -> asyncio.Task[bool]:
         """One probe at a time, shared by every call that failed meanwhile."""

@@ -107,6 +107,23 @@ def test_no_live_replica_is_a_503_within_the_probe_bound(encoder: WindowEncoder)
     assert probe.calls == 1
 
 
+def test_a_call_held_for_a_gone_replica_is_a_503_after_the_probe(encoder: WindowEncoder) -> None:
+    down: list[int] = []
+    model, probe = Model(deaths=0, hang_s=3600), Probe(None)
+    failover = Failover(
+        model, probe, (ReplicaDied,), probe_s=0.1, retry_after_s=1, on_down=lambda: down.append(1)
+    )
+    (reply,) = _run(encoder, failover, [["the replica died while idle"]])
+    assert isinstance(reply, NotReady) and model.cancelled == 1 and down == [1]
+
+
+def test_a_slow_call_to_a_live_replica_is_awaited(encoder: WindowEncoder) -> None:
+    model, probe = Model(deaths=0, hang_s=0.4), Probe(0.01)
+    failover = Failover(model, probe, (ReplicaDied,), probe_s=0.1, retry_after_s=1)
+    (reply,) = _run(encoder, failover, [["a long batch"]])
+    assert isinstance(reply, Reply) and probe.calls == 1 and model.cancelled == 0
+
+
 def test_calls_failing_together_share_one_probe(encoder: WindowEncoder) -> None:
     model, probe = Model(deaths=3, hang_s=0.05), Probe(0.05)
     failover = Failover(model, probe, (ReplicaDied,), probe_s=1, retry_after_s=1)
