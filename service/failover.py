@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -92,7 +93,8 @@ class Failover:
         if call.done():
             return True
         probe = self._alive()
-        await asyncio.wait({call, probe}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {call, probe}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if call.done() or await probe:
             return True
         call.cancel()
@@ -103,7 +105,7 @@ class Failover:
         return self.refusal(NO_REPLICA)
 
     def _alive(self) -> asyncio.Task[bool]:
-        """One probe at a time, shared by every call that failed meanwhile."""
+        """One probe at a time, shared by every call that needs one meanwhile."""
         if self._probing is None or self._probing.done():
             self._probing = asyncio.ensure_future(self._probe())
         return self._probing
