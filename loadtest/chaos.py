@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
                 if attempt == 2:
                     return 2
+                import ray
+
+                ray.shutdown()  # whatever half-started, so that the retry starts afresh
         _write(args, scenarios)  # what is measured is kept, whatever comes next
     print(markdown(scenarios))
     print(f"written to {args.out / 'chaos.json'} and chaos.md")
