@@ -71,8 +71,7 @@ def app(cluster: Cluster) -> Iterator[Deployed]:
         model_probe_s=1.0,
     )
     yield deployed
-    del cluster.apps[deployed.name]
-    cluster.apply()
+    cluster.remove(deployed.name)
 
 
 def _pids(app: Deployed) -> list[int]:
