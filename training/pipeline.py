@@ -60,6 +60,7 @@ class RunSpec:
     title: str = "Sentiment classifier"
     sources: list[str] = field(default_factory=list)  # one line per data source, for the card
     extra: dict[str, Any] = field(default_factory=dict)  # merged into metrics.json
+    groups: dict[str, str] = field(default_factory=dict)  # source -> group (e.g. language)
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int]) -> dict[str, float]:
@@ -217,6 +218,9 @@ def _evaluate_and_save(
         preds = [int(p[1] > p[0]) for p in probs]
         metrics.update(classification_metrics(ds.labels, preds))
         metrics["per_source"] = grouped_metrics(test_examples, preds)
+        if spec.groups:  # e.g. per language, over all of its sources together
+            regrouped = [Example(e.text, e.label, spec.groups[e.source]) for e in test_examples]
+            metrics["per_group"] = grouped_metrics(regrouped, preds)
         print(
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"on {len(ds)} rows",
