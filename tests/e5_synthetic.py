@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 HIDDEN, LAYERS, HEADS, FFN, POSITIONS, TYPES = 32, 2, 2, 64, 64, 2
@@ -116,3 +117,26 @@ def write_e5_file(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
         payload += raw
     path.write_bytes(head + directory + payload)
     return expected
+
+
+def build_tiny_multilingual(root: Path, name: str = "tiny-中文") -> Path:
+    """A served classifier converted from a synthetic file, as the multilingual build does.
+
+    XLM-R-style tokenizer (`<s>` / `</s>`, pad id 1) over Chinese characters and words; the
+    classification head is random. The folder name is not ASCII on purpose: it is the model
+    name in every answer.
+    """
+    from training.e5convert import write_encoder
+    from training.e5file import load
+    from training.pipeline import load_for_training
+
+    root.mkdir(parents=True, exist_ok=True)
+    write_e5_file(root / "tiny-q4.bin")
+    model = load(root / "tiny-q4.bin")
+    encoder = write_encoder(model, tokenizer_json(), range(len(model.pieces)), root / "encoder")
+    torch.manual_seed(0)
+    classifier, tokenizer = load_for_training(encoder)
+    out = root / name
+    classifier.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
