@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine: make TORCH_SPEC='torch==2.13.0' with the CUDA index of your choice.
 TORCH_SPEC ?= torch==2.13.0
 MODEL_DIR ?= models/default
+MULTILINGUAL_DIR ?= models/multilingual
 STAMP := $(VENV)/.installed
 # Load tests and benchmarks; each can also be set in the environment. The locustfile reads
 # every other LOADTEST_* variable itself (see README, Load tests).
@@ -36,7 +37,7 @@ SOAK_ARGS ?=
 CHAOS_OUT ?= results/chaos
 CHAOS_ARGS ?=
 
-.PHONY: help install serve test test-unit test-integration lint typecheck model default-model \
+.PHONY: help install serve test test-unit test-integration lint typecheck model default-model model-multilingual \
 	bench bench-overhead loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
 	checkov-tools soak export parity chaos
 
@@ -44,6 +45,7 @@ help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
 	@echo "make test       lint, type-check and run every test"
 	@echo "make model      build the default model into $(MODEL_DIR)"
+	@echo "make model-multilingual  Chinese + English model (multilingual-e5-small) into $(MULTILINGUAL_DIR)"
 	@echo "make bench      in-process limit vs service vs naive endpoint -> $(BENCH_OUT)"
 	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
@@ -78,6 +80,10 @@ endif
 
 model: $(STAMP)
 	$(PY) -m training build-default --out $(MODEL_DIR)
+
+# Not the default: see README, Models. Serve it with SENTIMENT_MODEL_PATH=$(MULTILINGUAL_DIR).
+model-multilingual: $(STAMP)
+	$(PY) -m training build-multilingual --out $(MULTILINGUAL_DIR)
 
 default-model: $(STAMP)
 	@test -f $(MODEL_DIR)/config.json || { echo "No model in $(MODEL_DIR): building the default model first (make model)."; $(MAKE) --no-print-directory model; }
