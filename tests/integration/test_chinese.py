@@ -7,6 +7,7 @@ multilingual build makes its model: XLM-R-style tokenizer with Chinese pieces.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,9 @@ MAX_CHARS = TEST_ARGS["max_text_chars"]
 
 
 @pytest.fixture(scope="module")
-def zh_app(cluster: Cluster, tiny_multilingual_dir: Path) -> Deployed:
-    return cluster.deploy("zh", model_path=str(tiny_multilingual_dir))
+def zh_app(cluster: Cluster, tiny_multilingual_dir: Path) -> Iterator[Deployed]:
+    yield cluster.deploy("zh", model_path=str(tiny_multilingual_dir))
+    cluster.remove("zh")
 
 
 def _post_utf8(app: Deployed, body: object) -> requests.Response:
