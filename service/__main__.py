@@ -17,6 +17,7 @@ from service.settings import Settings
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ["model_path", "host", "port", "metrics_port", "num_replicas", "ingress_replicas"]
+    keys += ["layout"]
     keys += ["device", "dtype", "backend"]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
@@ -77,7 +78,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     import ray
     from ray import serve
 
-    from service.deployment import model_app_name, tiers
+    from service.deployment import app_for, model_app_name, tiers
 
     settings = settings.model_copy(update={"model_path": settings.model_path.resolve()})
     # Ray renices its workers to 15 so its own daemons stay responsive; for a service that is
@@ -97,11 +98,20 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         )
     serve.start(http_options={"host": settings.host, "port": settings.port})
     drain.clear(settings.app_name)  # a joined cluster may remember an earlier run's drain
-    model_app, ingress_app = tiers(settings)
-    serve.run(model_app, name=model_app_name(settings), route_prefix=None)
-    serve.run(ingress_app, name=settings.app_name, route_prefix=settings.route_prefix)
+    if settings.layout == "colocated":
+        serve.run(app_for(settings), name=settings.app_name, route_prefix=settings.route_prefix)
+    else:
+        model_app, ingress_app = tiers(settings)
+        serve.run(model_app, name=model_app_name(settings), route_prefix=None)
+        serve.run(ingress_app, name=settings.app_name, route_prefix=settings.route_prefix)
     base = f"http://{settings.host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
+    layout = (
+        "one replica running the model in-process (colocated layout)"
+        if settings.layout == "colocated"
+        else f"{settings.ingress_replicas} ingress replica(s) in front of "
+        f"{settings.num_replicas} model replica(s)"
+    )
     print(
         f"\nSentiment service is up with model {settings.model_path.name!r}:\n"
         f'  classify  POST {base}/v1/classify   body {{"texts": ["..."]}}\n'
@@ -109,8 +119,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         f"  health    {base}/healthz  {base}/readyz\n"
         f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics"
         "  (ray_serve_* and ray_sentiment_*)\n"
-        f"  ingress   {ingress}, {settings.ingress_replicas} ingress replica(s) in front of "
-        f"{settings.num_replicas} model replica(s)\n"
+        f"  ingress   {ingress}, {layout}\n"
         "Ctrl-C stops it; requests in flight finish first.",
         flush=True,
     )
@@ -166,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--metrics-port", type=int, help="Ray metrics export port (default 8080)")
     run.add_argument("--num-replicas", type=int, help="model replicas (one per GPU)")
     run.add_argument("--ingress-replicas", type=int, help="HTTP ingress replicas (CPU)")
+    run.add_argument("--layout", choices=["two-tier", "colocated"], help="see README Layouts")
     run.add_argument("--device", help="auto, cpu or cuda")
     run.add_argument("--address", help="join a running Ray cluster instead of starting one")
     probe = sub.add_parser("probe", help="peak memory and speed per batch x length")

@@ -13,7 +13,7 @@ from typing import Any
 from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application, Deployment
 
-from service.ingress import MODEL_DEPLOYMENT, SentimentIngress
+from service.ingress import IN_PROCESS, MODEL_DEPLOYMENT, SentimentIngress
 from service.replica import ModelReplica
 from service.settings import Settings
 
@@ -62,6 +62,18 @@ def application(settings: Settings) -> Application:
     return ingress_deployment(settings).bind(args, model)
 
 
+def colocated(settings: Settings) -> Application:
+    """One replica that is ingress and model at once (service/colocated.py): it reserves the
+    model's CPUs and GPUs and runs the model's health check."""
+    deployment: Deployment = ingress_deployment(settings).options(
+        num_replicas=1,
+        health_check_period_s=settings.health_check_period_s,
+        health_check_timeout_s=settings.health_check_timeout_s,
+        ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},
+    )
+    return deployment.bind(settings.model_dump(mode="json"), IN_PROCESS)
+
+
 def model_app_name(settings: Settings) -> str:
     """The model tier's application name when the tiers run as two applications."""
     return f"{settings.app_name}-model"
@@ -75,9 +87,14 @@ def tiers(settings: Settings) -> tuple[Application, Application]:
     return model, ingress_deployment(settings).bind(args, model_app_name(settings))
 
 
+def app_for(settings: Settings) -> Application:
+    """The service as one application, in the layout `settings.layout` names."""
+    return colocated(settings) if settings.layout == "colocated" else application(settings)
+
+
 def build_app(args: dict[str, Any] | None = None) -> Application:
     """Ray Serve application builder (`import_path: service.deployment:build_app`).
 
     `args` override `SENTIMENT_*` environment variables, field by field.
     """
-    return application(Settings(**(args or {})))
+    return app_for(Settings(**(args or {})))

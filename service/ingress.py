@@ -23,6 +23,7 @@ from service.admission import Admission
 from service.auth import ApiKeys
 from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply
+from service.colocated import LocalModel
 from service.drain import DrainWatch
 from service.encoding import Packed, Scored, labels_of
 from service.errors import (
@@ -51,6 +52,7 @@ from service.settings import BatchConfig, Settings
 logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
 MODEL_DEPLOYMENT = "SentimentModel"
+IN_PROCESS = "in-process"  # `model` argument of the co-located layout
 
 
 @serve.deployment(name="SentimentIngress")
@@ -62,14 +64,18 @@ class SentimentIngress:
     async def __init__(  # type: ignore[misc]
         self, settings: dict[str, Any], model: DeploymentHandle[Any] | str
     ) -> None:
-        """`model` is the model deployment bound into this application, or the name of the
-        application that runs it (`python -m service serve` runs the tiers as two)."""
+        """`model` is the model deployment bound into this application, the name of the
+        application that runs it (`python -m service serve` runs the tiers as two), or
+        IN_PROCESS: the model core runs in this replica (service/colocated.py)."""
         self.settings = s = Settings.model_validate(settings)
         check_model_dir(s.model_path, s.allow_pickle)
         self.keys = ApiKeys.load(s.api_keys_file)
-        if isinstance(model, str):
+        self.local: LocalModel | None = None
+        if model == IN_PROCESS:
+            self.local = LocalModel(settings)
+        elif isinstance(model, str):
             model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
-        self.model = model
+        self.model: Any = self.local or model
         self.name = s.model_name or s.model_path.name
         self.labels = labels_of(s.model_path)
         self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
@@ -115,6 +121,13 @@ class SentimentIngress:
         self.batch = BatchConfig.model_validate(user_config)
         self.coalescer.max_texts = self.batch.max_batch_texts
         self.admission.limit = self.batch.max_pending_texts
+        if self.local:
+            self.local.reconfigure(user_config)
+
+    async def check_health(self) -> None:
+        """Co-located, the model core's check is this replica's; else Ray's default."""
+        if self.local:
+            await self.local.check_health()
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """The lean classify route in front of a FastAPI app for everything else."""

@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     route_prefix: str = "/"
     app_name: str = "sentiment"
 
+    layout: Literal["two-tier", "colocated"] = Field(
+        "two-tier",
+        description="`serve` command: model replicas apart from the ingress (two-tier), or "
+        "the model inside the one ingress replica (colocated, for a small CPU-only machine).",
+    )
     num_replicas: int = Field(1, ge=1, description="Model replicas (one per GPU).")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per model replica; 1 in production.")
     num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per model replica.")

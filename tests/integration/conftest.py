@@ -73,12 +73,14 @@ class Cluster:
     def deploy(self, name: str, batch: dict[str, Any] | None = None, **args: Any) -> Deployed:
         """Add or update application `name` and wait until it serves that batch config."""
         user_config = {**TEST_BATCH, **(batch or {})}
+        colocated = args.get("layout") == "colocated"  # one deployment, the ingress
+        deployments = DEPLOYMENTS[:1] if colocated else DEPLOYMENTS
         self.apps[name] = {
             "name": name,
             "route_prefix": f"/{name}",
             "import_path": "service.deployment:build_app",
             "args": {"model_path": str(self.model_dir), **TEST_ARGS, **args},
-            "deployments": [{"name": d, "user_config": user_config} for d in DEPLOYMENTS],
+            "deployments": [{"name": d, "user_config": user_config} for d in deployments],
         }
         self.apply()
         app = Deployed(name, f"http://127.0.0.1:{self.http_port}/{name}")
