@@ -86,10 +86,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     texts = corpus.load(args.corpus, args.texts or plan.texts)
+    from service.settings import Settings
+
     common = {
         "hardware": hardware(),
         "ingress": args.ingress,
         "ingress_replicas": args.ingress_replicas,
+        "layout": Settings().layout,  # SENTIMENT_LAYOUT, as the service reads it
     }
     if args.overhead_only:
         return {**common, "overhead": _overhead(args, texts), "created": _now()}

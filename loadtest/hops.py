@@ -65,24 +65,31 @@ def measure(classify_url: str, app_name: str, encoder: TextEncoder, count: int) 
     serve.run(Echo.bind(), name=ECHO_APP, route_prefix=f"/{ECHO_APP}")  # type: ignore[attr-defined]
     try:
         echo = serve.get_deployment_handle("Echo", app_name=ECHO_APP)
-        model = serve.get_deployment_handle("SentimentModel", app_name=app_name)
         text = "the battery lasts two days and the screen is bright"
         packed, _ = encoder.encode([text])
         budget = np.array([10.0], dtype=np.float32)
         body = json.dumps({"text": text}).encode()
         health = classify_url.replace("/v1/classify", "/healthz")
-        return {
+        hops: dict[str, Any] = {
             "handle_call_to_empty_deployment_ms": _median_ms(
                 lambda: echo.ping.remote().result(), count
             ),
-            "handle_call_to_model_info_ms": _median_ms(lambda: model.info.remote().result(), count),
-            "handle_call_infer_one_text_ms": _median_ms(
-                lambda: model.infer.remote(packed, budget).result(), count
-            ),
-            "http_healthz_ms": _median_ms(_get(health), count),
-            "http_classify_one_text_ms": _median_ms(_post(classify_url, body), count),
-            "calls_each": count,
+            # The co-located layout has no model deployment to call: those hops do not exist.
+            "handle_call_to_model_info_ms": None,
+            "handle_call_infer_one_text_ms": None,
         }
+        if "SentimentModel" in serve.status().applications[app_name].deployments:
+            model = serve.get_deployment_handle("SentimentModel", app_name=app_name)
+            hops["handle_call_to_model_info_ms"] = _median_ms(
+                lambda: model.info.remote().result(), count
+            )
+            hops["handle_call_infer_one_text_ms"] = _median_ms(
+                lambda: model.infer.remote(packed, budget).result(), count
+            )
+        hops["http_healthz_ms"] = _median_ms(_get(health), count)
+        hops["http_classify_one_text_ms"] = _median_ms(_post(classify_url, body), count)
+        hops["calls_each"] = count
+        return hops
     finally:
         serve.delete(ECHO_APP)
 
@@ -103,5 +110,9 @@ def report_lines(hops: dict[str, Any]) -> list[str]:
         "| hop | ms |",
         "|---|---:|",
     ]
-    lines += [f"| {label} | {hops[key]} |" for key, label in names.items()]
+    lines += [f"| {label} | {_ms(hops[key])} |" for key, label in names.items()]
     return [*lines, ""]
+
+
+def _ms(value: float | None) -> str:
+    return "none (co-located layout)" if value is None else str(value)

@@ -109,7 +109,8 @@ def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str,
     """One level's figures; CPU per request (= per text: single-text requests)."""
     n = result.requests
     model = used.by_group.get(MODEL_GROUP, 0.0)
-    forward = used.forward_by_group.get(MODEL_GROUP, 0.0)
+    forward_here = used.forward_by_group.get(MODEL_GROUP, 0.0)
+    forward = sum(used.forward_by_group.values())  # co-located: the ingress runs the forwards
     return {
         "concurrency": concurrency,
         "requests": n,
@@ -120,7 +121,7 @@ def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str,
         "p50_ms": round(result.percentile(0.50) * 1000, 2),
         "p99_ms": round(result.percentile(0.99) * 1000, 2),
         "server_cpu_ms_per_request": _ms_per(used.total, n),
-        "model_replica_cpu_ms_per_text": _ms_per(model - forward, n),
+        "model_replica_cpu_ms_per_text": _ms_per(model - forward_here, n),
         "forward_cpu_ms_per_text": _ms_per(forward, n),
         "groups": {
             g: {"processes": used.processes[g], "cpu_ms_per_request": _ms_per(s, n)}

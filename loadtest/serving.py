@@ -169,7 +169,7 @@ def local_apps(
     from ray import serve
 
     from loadtest.naive import NaiveClassifier
-    from service.deployment import application
+    from service.deployment import app_for
 
     gpus = 0.5 if on_gpu else 0.0  # both apps share the one GPU of a bench machine
     settings = service_settings(
@@ -177,7 +177,7 @@ def local_apps(
     )
     naive_cpus = 1.0
     with ray_serve(ingress, _cpus_needed(settings, ingress_replicas) + naive_cpus) as base:
-        serve.run(application(settings), name="bench-service", route_prefix="/service")
+        serve.run(app_for(settings), name="bench-service", route_prefix="/service")
         naive = NaiveClassifier.options(  # type: ignore[attr-defined]
             ray_actor_options={"num_cpus": naive_cpus, "num_gpus": gpus}
         ).bind(str(model_path.resolve()), threads, device, dtype)
@@ -190,10 +190,10 @@ def local_service(settings: Settings, ingress: str, ingress_replicas: int) -> It
     """Yield the classify URL of the service alone (built from `service_settings`)."""
     from ray import serve
 
-    from service.deployment import application
+    from service.deployment import app_for
 
     with ray_serve(ingress, _cpus_needed(settings, ingress_replicas)) as base:
-        serve.run(application(settings), name=SERVICE_APP, route_prefix="/service")
+        serve.run(app_for(settings), name=SERVICE_APP, route_prefix="/service")
         yield f"{base}/service/v1/classify"
 
 
