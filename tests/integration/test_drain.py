@@ -41,7 +41,8 @@ def test_a_drained_ingress_refuses_new_requests_and_finishes_those_in_flight(
         time.sleep(3 * drain.DRAIN_POLL_S)  # both replicas have seen the flag
         late = app.classify({"text": "too late"})
         ready = requests.get(f"{app.url}/readyz", timeout=10)
-        assert drain.wait_drained("drainflag", 1, 0.0) == 0, "drained with requests in flight"
+        # A replica that holds none of them may report at once; not both.
+        assert drain.wait_drained("drainflag", 2, 0.0) < 2, "drained with requests in flight"
         answered = [f.result() for f in futures]
 
     assert [r.status_code for r in answered] == [200] * 6
