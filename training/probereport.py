@@ -128,7 +128,7 @@ def format_table(cells: list[Cell], advice: Advice, where: str) -> str:
     for c in cells:
         ran = c.status == "ok"
         figures = (
-            f"{c.step_seconds:>8.3f} {c.samples_per_s:>9.1f} {c.tokens_per_s:>9.0f} "
+            f"{c.step_seconds:>8.3f} {c.samples_per_s:>9.3g} {c.tokens_per_s:>9.0f} "
             f"{c.peak_bytes / MIB:>9.1f} {(c.peak_bytes - c.base_bytes) / MIB:>8.1f}"
             if ran
             else f"{'':>8} {'':>9} {'':>9} {'':>9} {'':>8}"
@@ -156,14 +156,14 @@ def format_table(cells: list[Cell], advice: Advice, where: str) -> str:
             est = f"~{f.estimated_batch}" if f.estimated_batch <= cap else f">{cap}"
         lines.append(
             f"{f.length:>6} {f.strategy:>8} {f.amp:>4} {_on(f.checkpointing):>4} {batch:>6} "
-            f"{f.samples_per_s:>9.1f} {f.tokens_per_s:>9.0f} {f.peak_bytes / MIB:>9.1f} {est:>6}"
+            f"{f.samples_per_s:>9.3g} {f.tokens_per_s:>9.0f} {f.peak_bytes / MIB:>9.1f} {est:>6}"
         )
     lines.append("Fastest setting that fits, per length:")
     for f in advice.best:
         lines.append(
             f"  length {f.length}: --strategy {f.strategy}, AMP {f.amp}, checkpointing "
             f"{_on(f.checkpointing)}, batch {f.batch} per process: {f.tokens_per_s:.0f} tokens/s, "
-            f"{f.samples_per_s:.1f} samples/s, peak {f.peak_bytes / MIB:.0f} MiB"
+            f"{f.samples_per_s:.3g} samples/s, peak {f.peak_bytes / MIB:.0f} MiB"
         )
     if not advice.best:
         lines.append("  none: no measured point fits this limit")
