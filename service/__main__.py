@@ -69,6 +69,18 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+SMALL_MACHINE_CORES = 4
+
+
+def local_layout(settings: Settings) -> str:
+    """The `serve` command's layout when none is set: co-located on a small CPU-only machine
+    serving one replica of each tier, where it measured faster at every client count (README
+    "Layouts"); else the two tiers, which scale apart."""
+    small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES and settings.num_gpus == 0
+    single = settings.num_replicas == 1 and settings.ingress_replicas == 1
+    return "colocated" if small and single else "two-tier"
+
+
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
     from service import drain, lifecycle
@@ -85,6 +97,8 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     # the machine's main work, that lets any other process (a load generator, a build) starve
     # the replica and the proxy. Keep them at normal priority unless told otherwise.
     os.environ.setdefault("RAY_worker_niceness", "0")
+    if "layout" not in settings.model_fields_set:  # neither SENTIMENT_LAYOUT nor --layout
+        settings = settings.model_copy(update={"layout": local_layout(settings)})
     if settings.torch_threads is None and settings.num_gpus == 0:
         # Ray would give a CPU replica one thread (OMP_NUM_THREADS = its num_cpus); locally
         # the model is the machine's main work, so let its forwards use every core.
@@ -175,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--metrics-port", type=int, help="Ray metrics export port (default 8080)")
     run.add_argument("--num-replicas", type=int, help="model replicas (one per GPU)")
     run.add_argument("--ingress-replicas", type=int, help="HTTP ingress replicas (CPU)")
-    run.add_argument("--layout", choices=["two-tier", "colocated"], help="see README Layouts")
+    run.add_argument(
+        "--layout",
+        choices=["two-tier", "colocated"],
+        help="default: colocated on a CPU-only machine of up to 4 cores, else two-tier",
+    )
     run.add_argument("--device", help="auto, cpu or cuda")
     run.add_argument("--address", help="join a running Ray cluster instead of starting one")
     probe = sub.add_parser("probe", help="peak memory and speed per batch x length")

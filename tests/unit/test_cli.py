@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -29,3 +31,18 @@ def test_bad_setting_names_the_variable(tiny_model_dir: Path) -> None:
     result = run_cli("serve", "--model-path", str(tiny_model_dir), env=env)
     assert result.returncode == 2
     assert "port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_picks_the_colocated_layout_only_on_a_small_cpu_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from service.__main__ import local_layout
+    from service.settings import Settings
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert local_layout(Settings()) == "colocated"
+    assert local_layout(Settings(num_gpus=1)) == "two-tier"
+    assert local_layout(Settings(ingress_replicas=2)) == "two-tier"
+    assert local_layout(Settings(num_replicas=2)) == "two-tier"
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert local_layout(Settings()) == "two-tier"
