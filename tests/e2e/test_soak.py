@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,11 @@ def test_short_soak_reports_every_server_process(tiny_model_dir: Path, tmp_path:
     command += ["--minutes", "0.3", "--users", "2", "--warmup-s", "4", "--interval-s", "1"]
     # Growth over 18 s of a tiny model says nothing; the 10-minute run is the measurement.
     command += ["--max-growth", "100", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    # Two tiers, so both replica roles are sampled and the serve command's two-application
+    # path runs end to end (on a small CPU machine it would pick the co-located layout, which
+    # test_serve_cli.py covers).
+    env = {**os.environ, "SENTIMENT_LAYOUT": "two-tier"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((out / "soak.json").read_text())
     assert doc["requests"] > 0 and doc["failures"] == 0
