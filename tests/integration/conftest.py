@@ -178,6 +178,9 @@ def _remove_test_apps(request: pytest.FixtureRequest) -> Iterator[None]:
     added = set(cluster.apps) - before
     if added:
         cluster.remove(*added)
+        # Wait until they are gone: replicas dying during the next test would take their
+        # exported series with them while that test reads the metrics.
+        cluster.wait_for(lambda: not added & set(serve.status().applications), timeout=120)
 
 
 @pytest.fixture(scope="session")
