@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -84,18 +85,19 @@ def _agree(ctx: DistContext, values: list[float]) -> list[float]:
     return [float(v) for v in t.tolist()]
 
 
+def _cell(setting: Setting, ctx: DistContext, batch: int, length: int, **outcome: Any) -> Cell:
+    """A grid point of `setting`, measured or not (`outcome`: status and note when skipped)."""
+    amp = amp_name(setting.amp, ctx.device)
+    return Cell(
+        setting.strategy, amp, setting.checkpointing, batch, length, ctx.world_size, **outcome
+    )
+
+
 def measure_cell(
     model: torch.nn.Module, ctx: DistContext, setting: Setting, batch: int, length: int, steps: int
 ) -> Cell:
     """Train `steps` steps of `batch` rows x `length` tokens; peak memory and last step's time."""
-    cell = Cell(
-        setting.strategy,
-        amp_name(setting.amp, ctx.device),
-        setting.checkpointing,
-        batch,
-        length,
-        ctx.world_size,
-    )
+    cell = _cell(setting, ctx, batch, length)
     cfg = TrainConfig(
         max_steps=steps,
         batch_size=batch,
@@ -163,16 +165,7 @@ def run_grid(
             for batch in sorted(grid.batches):
                 status, why = _skip(grid, failed, batch, length)
                 if status:
-                    cell = Cell(
-                        setting.strategy,
-                        amp_name(setting.amp, ctx.device),
-                        setting.checkpointing,
-                        batch,
-                        length,
-                        ctx.world_size,
-                        status=status,
-                        note=why,
-                    )
+                    cell = _cell(setting, ctx, batch, length, status=status, note=why)
                 else:
                     if model is None or key != built_for:
                         model = None
