@@ -41,3 +41,34 @@ def weighted_mean(model: SentimentModel, rows: list[list[int]]) -> list[float]:
     weights = np.array([len(row) for row in rows], dtype=np.float64)
     mean: list[float] = ((probs * weights[:, None]).sum(axis=0) / weights.sum()).tolist()
     return mean
+
+
+def contrasting_text(
+    model: SentimentModel, model_dir: Path, sentences: list[str], max_length: int, overlap: int
+) -> str:
+    """A three-window text whose plain and length-weighted window means differ the most: the
+    sentence the random model finds most positive repeated, then its most negative one. The
+    tokenizer's vocabulary (and so each answer) varies from build to build; this choice does
+    not let the two means coincide."""
+    positive = [
+        p[1] for p in (model.predict([ids])[0].tolist() for ids in _ids(model_dir, sentences))
+    ]
+    high = sentences[int(np.argmax(positive))]
+    low = sentences[int(np.argmin(positive))]
+    best, gap = "", -1.0
+    for n_high in range(1, 8):
+        for n_low in range(1, 8):
+            text = ", ".join([high] * n_high + [low] * n_low)
+            rows = reference_windows(model_dir, text, max_length, overlap, max_windows=8)
+            if len(rows) != 3 or len({len(row) for row in rows}) == 1:
+                continue
+            each = np.stack([model.predict([row])[0].numpy() for row in rows])
+            plain = float(each[:, 0].mean())
+            if (delta := abs(weighted_mean(model, rows)[0] - plain)) > gap:
+                best, gap = text, delta
+    return best
+
+
+def _ids(model_dir: Path, texts: list[str]) -> list[list[int]]:
+    hf = AutoTokenizer.from_pretrained(model_dir)
+    return [list(hf(text)["input_ids"]) for text in texts]

@@ -19,7 +19,12 @@ from service.coalescer import Coalescer, Reply
 from service.model import SentimentModel
 from service.replica import ModelReplica
 from tests.tiny_bert import SAMPLE_TEXT
-from tests.windows import build_sharp_bert, reference_windows, weighted_mean
+from tests.windows import (
+    build_sharp_bert,
+    contrasting_text,
+    reference_windows,
+    weighted_mean,
+)
 
 MAX_LEN, OVERLAP = 32, 4
 
@@ -89,16 +94,18 @@ def test_a_long_texts_answer_is_the_length_weighted_mean_of_its_windows(
     replica: Any, local: SentimentModel, model_dir: Path
 ) -> None:
     encoder = WindowEncoder.load(model_dir, MAX_LEN, max_windows=8, overlap=OVERLAP)
-    long, short = ", ".join(SAMPLE_TEXT[:6]), SAMPLE_TEXT[6]
+    long = contrasting_text(local, model_dir, SAMPLE_TEXT, MAX_LEN, OVERLAP)
+    short = SAMPLE_TEXT[6]
     [reply] = classify(replica, encoder, [[long, short]])
     assert reply.windows == [3, 1] and reply.truncated == [False, False]
     windows = windows_of(model_dir, long)
-    assert [len(w) for w in windows] == [32, 32, 18]  # unequal: the weights matter
+    assert len({len(w) for w in windows}) > 1  # unequal: the weights matter
     assert reply.probs[0].tolist() == pytest.approx(weighted_mean(local, windows), abs=1e-5)
     assert reply.probs[1].tolist() == pytest.approx(list(local.classify([short])[0].values()))
-    # The weights matter: the plain mean of the windows is another answer.
+    # The plain mean of the windows is another answer, told apart by far more than the
+    # tolerance above.
     each = np.stack([local.predict([w])[0].numpy() for w in windows])
-    assert abs(reply.probs[0][0] - each[:, 0].mean()) > 1e-3
+    assert abs(reply.probs[0][0] - each[:, 0].mean()) > 1e-3, each[:, 0]
 
 
 def test_windows_of_several_requests_share_forwards(
