@@ -14,7 +14,7 @@ import math
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ pytestmark = pytest.mark.integration
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 APP = "sentiment"  # the production application name, which the alert rules select
 RATE_WINDOW = "1m"  # stands in for Grafana's $__rate_interval
+SETTLE_S = 10.0  # how long a query may take to show data (see `settled`)
 # Empty on a healthy CPU test box, by design (documented in k8s/README.md):
 # - the GPU-memory signal is built from Ray's per-GPU node metrics, exported only where GPUs are;
 GPU_ONLY_SIGNALS = {"sentiment:gpu_memory_used:ratio"}
@@ -153,6 +154,24 @@ def finite(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(r["value"][1])) for r in result)
 
 
+def settled(
+    url: str, expr: str, want: Callable[[list[dict[str, Any]]], bool] = finite
+) -> list[dict[str, Any]]:
+    """The query's result once `want` holds, or its last result after SETTLE_S.
+
+    Ray's metrics agent drops a gauge whose emitter is more than two export intervals late
+    (2 s here); on a loaded 2-core box that happens now and then, and Prometheus marks the
+    series stale for that one scrape. A dashboard shows a gap of a second, an alert's `for:`
+    rides over it; the tests wait a few scrapes for the value rather than fail on one gap.
+    """
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        result = query(url, expr)
+        if want(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
 def traffic(app: Deployed) -> list[int]:
     """Successes, multi-text requests, invalid bodies (422) and an overload burst (429)."""
     codes = [r.status_code for r in burst(app, singles(6))]
@@ -200,7 +219,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 
 def test_every_dashboard_query_has_data(scraped: str) -> None:
-    empty = [where for where, expr in dashboard_queries() if not finite(query(scraped, expr))]
+    empty = [where for where, expr in dashboard_queries() if not finite(settled(scraped, expr))]
     assert empty == [], f"dashboard queries without data: {empty}"
 
 
@@ -216,8 +235,8 @@ def test_every_recorded_signal_has_data(scraped: str) -> None:
     records = [r for g in rule_groups() for r in g["rules"] if "record" in r]
     assert records
     for rule in records:
-        direct = query(scraped, rule["expr"])
-        recorded = query(scraped, rule["record"])
+        direct = settled(scraped, rule["expr"])
+        recorded = settled(scraped, rule["record"])
         if rule["record"] in GPU_ONLY_SIGNALS:
             assert direct == [] and recorded == [], rule["record"]
             continue
@@ -230,22 +249,27 @@ def test_alert_rules_evaluate_and_healthy_ones_are_empty(scraped: str) -> None:
     alerts = {r["alert"]: r["expr"] for g in rule_groups() for r in g["rules"] if "alert" in r}
     assert set(alerts) >= EMPTY_WHEN_HEALTHY
     for name, expr in alerts.items():
-        result = query(scraped, expr)
+        result = query(scraped, expr)  # every alert evaluates (a PromQL error fails here)
         if name in EMPTY_WHEN_HEALTHY:
+            result = settled(scraped, expr, want=lambda r: r == [])
             assert result == [], f"{name} fires on a healthy service: {result}"
     # With the threshold gone, each alert's signal is there (replicas ready, 5xx ratio 0, ...).
-    ready = query(scraped, f'sentiment:replicas_ready:count{{application="{APP}"}}')
+    ready = settled(scraped, f'sentiment:replicas_ready:count{{application="{APP}"}}')
     assert ready and float(ready[0]["value"][1]) >= 1
-    errors = query(scraped, f'sentiment:http_error_ratio:rate5m{{application="{APP}"}}')
+    errors = settled(scraped, f'sentiment:http_error_ratio:rate5m{{application="{APP}"}}')
     assert errors and float(errors[0]["value"][1]) == 0.0
-    rejected = query(scraped, f'sentiment:http_429_ratio:rate5m{{application="{APP}"}}')
+    rejected = settled(scraped, f'sentiment:http_429_ratio:rate5m{{application="{APP}"}}')
     assert rejected and float(rejected[0]["value"][1]) > 0.0
 
 
-def test_dashboard_sees_the_rejections_it_shows(scraped: str) -> None:
+def test_dashboard_sees_the_rejections_it_shows(cluster: Cluster, scraped: str) -> None:
     # The rejections panel splits by reason; the overload burst and the empty bodies show up.
-    reasons = {
-        r["metric"].get("reason")
-        for r in query(scraped, f'ray_sentiment_rejections_total{{application="{APP}"}}')
-    }
-    assert {"overloaded", "validation"} <= reasons
+    expr = f'ray_sentiment_rejections_total{{application="{APP}"}}'
+    wanted = {"overloaded", "validation"}
+
+    def reasons(result: list[dict[str, Any]]) -> set[str | None]:
+        return {r["metric"].get("reason") for r in result}
+
+    found = reasons(settled(scraped, expr, want=lambda r: wanted <= reasons(r)))
+    exported = cluster.scrape().get("ray_sentiment_rejections_total", [])
+    assert wanted <= found, f"Prometheus has {found}; Ray's endpoint exports {exported}"
