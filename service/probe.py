@@ -2,22 +2,18 @@
 
 Run before deploying a model on new hardware: it shows what one forward costs and recommends
 the batch knobs that fit a memory limit. On a GPU it reads the torch allocator's peak; on the
-CPU it samples the process's resident memory while each forward runs.
+CPU it reads the process's resident high-water mark (service/peakmem.py).
 """
 
 from __future__ import annotations
 
-import os
-import resource
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
 
 from service.model import SentimentModel, round_up
+from service.peakmem import peak_memory
 
 HEADROOM = 0.9  # leave 10% of the limit for fragmentation and the Ray worker itself
 
@@ -48,51 +44,13 @@ class Advice:
     fits: bool
 
 
-def _rss() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # not Linux: the lifetime peak is the best there is
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-@contextmanager
-def _peak_memory(device: torch.device) -> Iterator[list[int]]:
-    """Yields [before, peak]; filled in when the block ends."""
-    out = [0, 0]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        out[0] = torch.cuda.memory_allocated(device)
-        yield out
-        torch.cuda.synchronize(device)
-        out[1] = torch.cuda.max_memory_allocated(device)
-        return
-    out[0] = peak = _rss()
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.005):
-            peak = max(peak, _rss())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        yield out
-    finally:
-        done.set()
-        sampler.join()
-        out[1] = max(peak, _rss())
-
-
 def measure_cell(model: SentimentModel, batch: int, length: int, repeats: int) -> Cell:
     """Time `repeats` forwards of a `batch` x `length` input after one warm-up forward."""
     seed = model.encode(["a solid phone with a bright screen and a battery that lasts"])[0].ids
     ids = (seed * (length // len(seed) + 1))[:length]
     rows = [ids] * batch
     model.predict(rows)
-    with _peak_memory(model.device) as memory:
+    with peak_memory(model.device) as memory:
         t0 = time.perf_counter()
         for _ in range(repeats):
             model.predict(rows)
@@ -104,8 +62,8 @@ def measure_cell(model: SentimentModel, batch: int, length: int, repeats: int) -
         ms_per_forward=round(seconds * 1000, 2),
         texts_per_s=round(batch / seconds, 1),
         tokens_per_s=round(padded / seconds, 1),
-        peak_bytes=memory[1],
-        extra_bytes=max(0, memory[1] - memory[0]),
+        peak_bytes=memory["peak"],
+        extra_bytes=max(0, memory["peak"] - memory["base"]),
     )
 
 

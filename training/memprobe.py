@@ -5,7 +5,7 @@ synthetic rows of exactly `length` tokens: the first step creates the AdamW stat
 over both steps is the steady-state peak (weights, gradients, optimizer moments and the
 activations of one micro-batch); the time is the last step's.
 
-Peak memory per point (training/peakmem.py): the torch allocator's peak on a GPU, the
+Peak memory per point (service/peakmem.py): the torch allocator's peak on a GPU, the
 process's resident-set high-water mark on the CPU. A point that runs out of GPU memory is
 recorded as `oom`; bigger points of the same setting (at least that batch and length) are
 then marked `too-big` without running, as are those above a point whose peak exceeded the
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from service.peakmem import peak_memory, trim_heap
 from training.distributed import DistContext
 from training.loop import TrainConfig, resolve_amp, train
-from training.peakmem import peak_memory, trim_heap
 from training.throughput import load_model, synthetic_bert, synthetic_rows
 
 

@@ -76,7 +76,8 @@ def run_probe(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from training import memprobe, peakmem, probereport
+    from service import peakmem
+    from training import memprobe, probereport
     from training.distributed import setup_distributed, teardown_distributed
     from training.strategy import STRATEGIES, SetupError
 

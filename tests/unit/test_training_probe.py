@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import training.memprobe as memprobe
+from service.peakmem import peak_memory
 from training.loop import DistContext, TrainResult
 from training.memprobe import Cell, Grid, Setting, run_grid
-from training.peakmem import peak_memory
 from training.probereport import advise, format_table, parse_size
 
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""Peak memory of a block of work, per process: what the training probe records per point.
+"""Peak memory of a block of work, per process: what the serving and training probes record.
 
 - GPU: the torch allocator's peak (`torch.cuda.max_memory_allocated`, reset before the block);
   the reserved peak is kept too. The CUDA context is outside both.
