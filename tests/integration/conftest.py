@@ -44,6 +44,21 @@ TEST_BATCH: dict[str, Any] = {
 }
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the monitoring module first of the tests on the session's cluster.
+
+    Ray's metrics agent keeps the counters and histograms of every replica the session ever
+    ran, so its metrics page grows with each application a test deploys; the monitoring tests
+    scrape it with a real Prometheus every second. Run after a dozen applications on two busy
+    cores, that Prometheus lost series which Ray's endpoint still exported; run first, it sees
+    the page a production Prometheus sees from a long-lived cluster's few applications."""
+    mine = [i for i, item in enumerate(items) if "tests/integration/" in item.nodeid]
+    block = [items[i] for i in mine]
+    block.sort(key=lambda item: "test_monitoring.py" not in item.nodeid)  # stable
+    for i, item in zip(mine, block, strict=True):
+        items[i] = item
+
+
 @dataclass
 class Deployed:
     """One application in the shared Serve instance."""

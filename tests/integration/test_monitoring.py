@@ -150,6 +150,14 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+def scrape_health(url: str) -> str:
+    """Prometheus's own view of its scrapes of Ray, for failure messages."""
+    targets = requests.get(f"{url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    seen = [{k: t.get(k) for k in ("health", "lastError", "lastScrapeDuration")} for t in targets]
+    samples = query(url, 'scrape_samples_scraped{job="ray"}')
+    return f"targets {seen}, samples scraped {[r['value'][1] for r in samples]}"
+
+
 def finite(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(r["value"][1])) for r in result)
 
@@ -220,7 +228,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 def test_every_dashboard_query_has_data(scraped: str) -> None:
     empty = [where for where, expr in dashboard_queries() if not finite(settled(scraped, expr))]
-    assert empty == [], f"dashboard queries without data: {empty}"
+    assert empty == [], f"dashboard queries without data: {empty}; {scrape_health(scraped)}"
 
 
 def test_a_misspelt_query_has_no_data(scraped: str) -> None:
@@ -240,7 +248,7 @@ def test_every_recorded_signal_has_data(scraped: str) -> None:
         if rule["record"] in GPU_ONLY_SIGNALS:
             assert direct == [] and recorded == [], rule["record"]
             continue
-        assert finite(direct), f"{rule['record']}: no data for {rule['expr']}"
+        assert finite(direct), f"{rule['record']}: no data; {scrape_health(scraped)}"
         # Prometheus evaluated the rule itself, from the rule file as deployed.
         assert finite(recorded), f"{rule['record']} was not recorded"
 
@@ -252,7 +260,7 @@ def test_alert_rules_evaluate_and_healthy_ones_are_empty(scraped: str) -> None:
         result = query(scraped, expr)  # every alert evaluates (a PromQL error fails here)
         if name in EMPTY_WHEN_HEALTHY:
             result = settled(scraped, expr, want=lambda r: r == [])
-            assert result == [], f"{name} fires on a healthy service: {result}"
+            assert result == [], f"{name} fires: {result}; {scrape_health(scraped)}"
     # With the threshold gone, each alert's signal is there (replicas ready, 5xx ratio 0, ...).
     ready = settled(scraped, f'sentiment:replicas_ready:count{{application="{APP}"}}')
     assert ready and float(ready[0]["value"][1]) >= 1
@@ -272,4 +280,6 @@ def test_dashboard_sees_the_rejections_it_shows(cluster: Cluster, scraped: str) 
 
     found = reasons(settled(scraped, expr, want=lambda r: wanted <= reasons(r)))
     exported = cluster.scrape().get("ray_sentiment_rejections_total", [])
-    assert wanted <= found, f"Prometheus has {found}; Ray's endpoint exports {exported}"
+    assert wanted <= found, (
+        f"Prometheus has {found}; Ray exports {exported}; {scrape_health(scraped)}"
+    )
