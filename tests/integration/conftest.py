@@ -59,6 +59,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[i] = item
 
 
+def _named(line: str, names: tuple[str, ...]) -> bool:
+    """Whether an exposition line (sample, HELP or TYPE) belongs to a family in `names`."""
+    if line.startswith("# "):
+        parts = line.split(" ", 3)
+        return len(parts) > 2 and parts[2].startswith(names)
+    return line.startswith(names)
+
+
 @dataclass
 class Deployed:
     """One application in the shared Serve instance."""
@@ -117,9 +125,13 @@ class Cluster:
             check=True, capture_output=True,
         )  # fmt: skip
 
-    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """Parse Ray's metrics endpoint with prometheus_client's own parser."""
+    def scrape(self, *names: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Parse Ray's metrics endpoint with prometheus_client's own parser; with `names`, only
+        the families whose names start with one of them (the page holds every replica the
+        session ran, megabytes late in a run, and tests poll it)."""
         text = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        if names:
+            text = "".join(line + "\n" for line in text.splitlines() if _named(line, names))
         samples: dict[str, list[tuple[dict[str, str], float]]] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
@@ -130,7 +142,7 @@ class Cluster:
         """Sum of a sample's values over the series whose labels include `labels`."""
         return sum(
             value
-            for got, value in self.scrape().get(name, [])
+            for got, value in self.scrape(name).get(name, [])
             if all(got.get(k) == v for k, v in labels.items())
         )
 

@@ -279,7 +279,7 @@ def test_dashboard_sees_the_rejections_it_shows(cluster: Cluster, scraped: str) 
         return {r["metric"].get("reason") for r in result}
 
     found = reasons(settled(scraped, expr, want=lambda r: wanted <= reasons(r)))
-    exported = cluster.scrape().get("ray_sentiment_rejections_total", [])
+    exported = cluster.scrape("ray_sentiment_rejections").get("ray_sentiment_rejections_total", [])
     assert wanted <= found, (
         f"Prometheus has {found}; Ray exports {exported}; {scrape_health(scraped)}"
     )

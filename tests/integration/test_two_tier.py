@@ -23,7 +23,7 @@ def calls_by_replica(cluster: Cluster, app: str) -> dict[str, float]:
     """Model calls sent by each ingress replica of `app`."""
     return {
         labels["replica"]: value
-        for labels, value in cluster.scrape().get(f"{CALLS}_count", [])
+        for labels, value in cluster.scrape(CALLS).get(f"{CALLS}_count", [])
         if labels.get("application") == app and value > 0
     }
 
