@@ -56,7 +56,7 @@ class FetchError(RuntimeError):
 def download(pkg: Package, dest: Path) -> Path:
     """`pip download` the pinned archive into `dest` (once; later calls reuse it)."""
     dest.mkdir(parents=True, exist_ok=True)
-    stem = pkg.name.replace("-", "_")
+    stem = pkg.name.replace("-", "_").lower()
     suffixes = (".tar.gz", ".zip") if pkg.sdist else (".whl",)
     found = _find_archive(dest, stem, pkg.version, suffixes)
     if found:

@@ -41,11 +41,15 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled text; `source` names the file or corpus it came from."""
+    """One labelled text; `source` names the file or corpus it came from.
+
+    `group` ties rows that must share a side of the split (sentences of one review).
+    """
 
     text: str
     label: int
     source: str = ""
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,7 @@ def clean(examples: Sequence[Example]) -> tuple[list[Example], CleanStats]:
             continue
         key = text.casefold()
         labels[key].add(ex.label)
-        first.setdefault(key, Example(text, ex.label, ex.source))
+        first.setdefault(key, Example(text, ex.label, ex.source, ex.group))
     conflicts = {k for k, v in labels.items() if len(v) > 1}
     kept = [ex for k, ex in first.items() if k not in conflicts]
     stats = CleanStats(
