@@ -10,23 +10,38 @@ def _pct(value: object) -> str:
     return f"{100 * float(value):.2f}%" if isinstance(value, (int, float)) else "n/a"
 
 
-def _score_rows(metrics: dict[str, Any]) -> list[str]:
+def _score_rows(
+    metrics: dict[str, Any], key: str = "per_source", first: str = "test set"
+) -> list[str]:
     baseline = metrics.get("baseline") or {}
-    base_sources = baseline.get("per_source", {})
-    rows = ["| test set | rows | accuracy | macro-F1 | baseline acc. | baseline macro-F1 |"]
+    base_rows = baseline.get(key, {})
+    rows = [f"| {first} | rows | accuracy | macro-F1 | baseline acc. | baseline macro-F1 |"]
     rows.append("|---|---:|---:|---:|---:|---:|")
     rows.append(
         f"| all | {metrics.get('n', 0)} | {_pct(metrics.get('accuracy'))} | "
         f"{_pct(metrics.get('macro_f1'))} | {_pct(baseline.get('accuracy'))} | "
         f"{_pct(baseline.get('macro_f1'))} |"
     )
-    for src, m in metrics.get("per_source", {}).items():
-        b = base_sources.get(src, {})
+    for src, m in metrics.get(key, {}).items():
+        b = base_rows.get(src, {})
         rows.append(
             f"| {src} | {m['n']} | {_pct(m['accuracy'])} | {_pct(m['macro_f1'])} | "
             f"{_pct(b.get('accuracy'))} | {_pct(b.get('macro_f1'))} |"
         )
     return rows
+
+
+def _chunked_note(metrics: dict[str, Any]) -> list[str]:
+    chunked = metrics.get("chunked_eval")
+    if not chunked:
+        return []
+    return [
+        "",
+        f"{', '.join(chunked['sources'])} read as served: windows of {chunked['max_seq_len']} "
+        f"tokens overlapping by {chunked['overlap']} (at most {chunked['max_windows']} per "
+        f"text, {chunked['mean_windows']} on average), {chunked['rule']}. The other sets are "
+        f"cut at {metrics.get('config', {}).get('max_length')} tokens, as trained.",
+    ]
 
 
 def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> str:
@@ -57,11 +72,15 @@ def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> 
     if split:
         lines += [
             "",
-            f"Split: stratified by source and label, test fraction {split.get('test_fraction')}, "
+            f"Split: {split.get('rule', 'stratified by source and label')}, test fraction "
+            f"{split.get('test_fraction')}, "
             f"seed {split.get('seed')}: {metrics.get('train_rows')} train / "
             f"{metrics.get('test_rows')} test rows.",
         ]
-    lines += ["", "## Results (held-out test split)", "", *_score_rows(metrics)]
+    lines += ["", "## Results (held-out test split)", ""]
+    if metrics.get("per_group"):
+        lines += [*_score_rows(metrics, "per_group", "held-out set"), ""]
+    lines += [*_score_rows(metrics), *_chunked_note(metrics)]
     if metrics.get("baseline"):
         lines += ["", f"Baseline: {metrics['baseline'].get('name', 'TF-IDF + LR')}."]
     lines += [

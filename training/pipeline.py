@@ -28,6 +28,7 @@ from training.data import (
     check_both_labels,
     encode_texts,
 )
+from training.longeval import chunked_predictions
 from training.loop import (
     DistContext,
     TrainConfig,
@@ -61,6 +62,8 @@ class RunSpec:
     sources: list[str] = field(default_factory=list)  # one line per data source, for the card
     extra: dict[str, Any] = field(default_factory=dict)  # merged into metrics.json
     groups: dict[str, str] = field(default_factory=dict)  # source -> group (e.g. language)
+    # Sources whose held-out texts are read as served: in windows, averaged (see longeval).
+    chunked_sources: frozenset[str] = frozenset()
 
 
 def classification_metrics(labels: Sequence[int], preds: Sequence[int]) -> dict[str, float]:
@@ -193,6 +196,36 @@ def _run(
     return metrics
 
 
+def _predict_held_out(
+    spec: RunSpec,
+    ctx: DistContext,
+    model: PreTrainedModel,
+    tokenizer: Any,
+    pad_id: int,
+    test_examples: Sequence[Example],
+    metrics: dict[str, Any],
+) -> list[int]:
+    """Labels for the held-out rows: short texts cut at `max_length`, chunked sources in
+    serving windows (the windows they used are counted in `metrics`)."""
+    preds = [0] * len(test_examples)
+    long_idx = [i for i, e in enumerate(test_examples) if e.source in spec.chunked_sources]
+    short_idx = [i for i, e in enumerate(test_examples) if e.source not in spec.chunked_sources]
+    if short_idx:
+        texts = [test_examples[i].text for i in short_idx]
+        ids = encode_texts(tokenizer, texts, spec.max_length)
+        ds = TokenizedDataset(ids, [test_examples[i].label for i in short_idx])
+        probs = predict(model, ds, ctx.device, pad_id, spec.eval_batch_size, spec.cfg.amp)
+        for i, p in zip(short_idx, probs, strict=True):
+            preds[i] = int(p[1] > p[0])
+    if long_idx:
+        texts = [test_examples[i].text for i in long_idx]
+        got = chunked_predictions(model, spec.out, texts, ctx.device, pad_id)
+        for i, label in zip(long_idx, got.preds, strict=True):
+            preds[i] = label
+        metrics["chunked_eval"] = {"sources": sorted(spec.chunked_sources), **got.describe()}
+    return preds
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
@@ -212,18 +245,15 @@ def _evaluate_and_save(
     tokenizer.save_pretrained(spec.out)
     metrics: dict[str, Any] = {"test_rows": len(test_examples)}
     if test_examples:
-        ids = encode_texts(tokenizer, [e.text for e in test_examples], spec.max_length)
-        ds = TokenizedDataset(ids, [e.label for e in test_examples])
-        probs = predict(model, ds, ctx.device, pad_id, spec.eval_batch_size, spec.cfg.amp)
-        preds = [int(p[1] > p[0]) for p in probs]
-        metrics.update(classification_metrics(ds.labels, preds))
+        preds = _predict_held_out(spec, ctx, model, tokenizer, pad_id, test_examples, metrics)
+        metrics.update(classification_metrics([e.label for e in test_examples], preds))
         metrics["per_source"] = grouped_metrics(test_examples, preds)
         if spec.groups:  # e.g. per language, over all of its sources together
             regrouped = [Example(e.text, e.label, spec.groups[e.source]) for e in test_examples]
             metrics["per_group"] = grouped_metrics(regrouped, preds)
         print(
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
-            f"on {len(ds)} rows",
+            f"on {len(test_examples)} rows",
             flush=True,
         )
     return metrics
