@@ -71,6 +71,9 @@ def _build_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--out", type=Path, default=Path("models/default"))
     p.add_argument("--data-dir", type=Path, default=Path("data"), help="download cache")
     p.add_argument("--force", action="store_true", help="rebuild even when current")
+    p.add_argument(
+        "--full", action="store_true", help="the longer recipe (make model-full): more steps"
+    )
 
 
 def _multilingual_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -223,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         from training.default_model import build_default
 
-        return build_default(args.out, args.data_dir, force=args.force)
+        return build_default(args.out, args.data_dir, force=args.force, full=args.full)
     except (DataError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

