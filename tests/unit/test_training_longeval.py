@@ -84,3 +84,16 @@ def test_fine_tune_reads_chunked_sources_in_windows_and_reports_groups(
 def test_card_without_groups_keeps_one_table() -> None:
     card = render_card("t", {"n": 1, "accuracy": 1.0, "macro_f1": 1.0}, [])
     assert "| held-out set |" not in card and "| test set |" in card
+
+
+def test_card_counts_rows_per_source_and_the_chunks_trained_on() -> None:
+    split = {
+        "train": {"tweets": {"negative": 3, "positive": 2}, "full-reviews": {"positive": 2}},
+        "test": {"tweets": {"negative": 1}, "full-reviews": {"negative": 1}},
+        "train_rows_as_trained": {
+            "tweets": {"negative": 3, "positive": 2},
+            "full-reviews": {"positive": 8},
+        },
+    }
+    card = render_card("t", {"n": 2, "accuracy": 1.0, "macro_f1": 1.0, "split": split}, [])
+    assert "| full-reviews | 2 | 1 | 8 |" in card and "| tweets | 5 | 1 | 5 |" in card
