@@ -12,7 +12,6 @@ import math
 import os
 import re
 import signal
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from loadtest import cpu
+from loadtest.ports import free_port
 from service import lifecycle
 from service.settings import Settings
 
@@ -28,13 +28,6 @@ _state: dict[str, int] = {}
 
 
 SERVICE_APP = "bench-overhead"  # the application `local_service` runs
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def default_ingress_replicas() -> int:
@@ -79,8 +72,8 @@ def ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
         lifecycle.use_haproxy()
         # HAProxy's stats and metrics listeners default to fixed ports; a second run on the
         # machine (a `make serve`, another bench) would hold them.
-        os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = str(_free_port())
-        os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(_free_port())
+        os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = str(free_port())
+        os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(free_port())
     else:
         for name in lifecycle.HAPROXY_ENV:
             os.environ.pop(name, None)
@@ -89,7 +82,7 @@ def ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
 
     # Ray renices its workers to 15; the in-process limit runs at 0, so level the field.
     os.environ.setdefault("RAY_worker_niceness", "0")
-    http_port, metrics_port = _free_port(), _free_port()
+    http_port, metrics_port = free_port(), free_port()
     _state["metrics_port"] = metrics_port
     ray.init(
         address="local",

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,16 +24,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from loadtest.ports import free_port
 from loadtest.rss import Sampler, summarise, table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _ready(url: str) -> bool:
@@ -47,11 +40,11 @@ def _ready(url: str) -> bool:
 
 def start_service(model_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     """`python -m service serve` on free ports, in its own session; (process, URL, metrics)."""
-    port, metrics = _free_port(), _free_port()
+    port, metrics = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # HAProxy's stats and metrics listeners default to fixed ports another run may hold.
-    env["RAY_SERVE_HAPROXY_STATS_PORT"] = str(_free_port())
-    env["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(_free_port())
+    env["RAY_SERVE_HAPROXY_STATS_PORT"] = str(free_port())
+    env["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(free_port())
     command = [sys.executable, "-m", "service", "serve", "--model-path", str(model_path)]
     command += ["--port", str(port), "--metrics-port", str(metrics)]
     with log.open("wb") as out:
