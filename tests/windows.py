@@ -50,9 +50,7 @@ def contrasting_text(
     sentence the random model finds most positive repeated, then its most negative one. The
     tokenizer's vocabulary (and so each answer) varies from build to build; this choice does
     not let the two means coincide."""
-    positive = [
-        p[1] for p in (model.predict([ids])[0].tolist() for ids in _ids(model_dir, sentences))
-    ]
+    positive = [probs["positive"] for probs in model.classify(sentences)]
     high = sentences[int(np.argmax(positive))]
     low = sentences[int(np.argmin(positive))]
     best, gap = "", -1.0
@@ -67,8 +65,3 @@ def contrasting_text(
             if (delta := abs(weighted_mean(model, rows)[0] - plain)) > gap:
                 best, gap = text, delta
     return best
-
-
-def _ids(model_dir: Path, texts: list[str]) -> list[list[int]]:
-    hf = AutoTokenizer.from_pretrained(model_dir)
-    return [list(hf(text)["input_ids"]) for text in texts]
