@@ -152,6 +152,10 @@ def load_ort(
     # One forward at a time runs on the replica's forward thread; intra-op threads do the work.
     options.inter_op_num_threads = 1
     options.intra_op_num_threads = threads or torch.get_num_threads()
+    # Idle intra-op threads spin by default, taking the cores the ingress, HAProxy and Ray
+    # need between forwards: at one client the served default model answered 21% more
+    # requests without it (docs/benchmarks.md), and the in-process limit did not move.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = _providers(name, device, model_dir)
     if name == "tensorrt":
         providers[0][1].update(trt_profile(*trt_shapes))
