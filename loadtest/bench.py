@@ -86,13 +86,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     texts = corpus.load(args.corpus, args.texts or plan.texts)
-    from service.settings import Settings
+    from service.settings import Settings, local_layout
 
+    gpus = 1 if args.device != "cpu" and torch.cuda.is_available() else 0
     common = {
         "hardware": hardware(),
         "ingress": args.ingress,
         "ingress_replicas": args.ingress_replicas,
-        "layout": Settings().layout,  # SENTIMENT_LAYOUT, as the service reads it
+        # As serving.service_settings picks it: SENTIMENT_LAYOUT, else what `make serve` runs.
+        "layout": local_layout(Settings(ingress_replicas=args.ingress_replicas, num_gpus=gpus)),
     }
     if args.overhead_only:
         return {**common, "overhead": _overhead(args, texts), "created": _now()}

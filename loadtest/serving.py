@@ -21,7 +21,7 @@ from pathlib import Path
 from loadtest import cpu
 from loadtest.ports import free_port
 from service import lifecycle
-from service.settings import Settings
+from service.settings import Settings, local_layout
 
 INGRESSES = ("haproxy", "proxy")
 _state: dict[str, int] = {}
@@ -46,7 +46,7 @@ def service_settings(
 ) -> Settings:
     """The service's Settings for a bench run."""
     batch = {"micro_batch_tokens": budget} if budget else {}
-    return Settings(
+    settings = Settings(
         model_path=model_path.resolve(),
         device=device,
         dtype=dtype,  # type: ignore[arg-type]
@@ -56,6 +56,8 @@ def service_settings(
         graceful_shutdown_timeout_s=2.0,  # nothing is in flight when a bench ends
         batch=batch,  # type: ignore[arg-type]
     )
+    # The layout `make serve` would pick for this machine, unless SENTIMENT_LAYOUT says.
+    return settings.model_copy(update={"layout": local_layout(settings)})
 
 
 def _cpus_needed(settings: Settings, ingress_replicas: int) -> float:

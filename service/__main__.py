@@ -12,7 +12,7 @@ from typing import Any
 
 from service.auth import ApiKeys, KeysFileError
 from service.model import ModelLoadError, check_model_dir
-from service.settings import Settings
+from service.settings import Settings, local_layout
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -69,18 +69,6 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-SMALL_MACHINE_CORES = 4
-
-
-def local_layout(settings: Settings) -> str:
-    """The `serve` command's layout when none is set: co-located on a small CPU-only machine
-    serving one replica of each tier, where it measured faster at every client count (README
-    "Layouts"); else the two tiers, which scale apart."""
-    small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES and settings.num_gpus == 0
-    single = settings.num_replicas == 1 and settings.ingress_replicas == 1
-    return "colocated" if small and single else "two-tier"
-
-
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
     from service import drain, lifecycle
@@ -97,8 +85,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     # the machine's main work, that lets any other process (a load generator, a build) starve
     # the replica and the proxy. Keep them at normal priority unless told otherwise.
     os.environ.setdefault("RAY_worker_niceness", "0")
-    if "layout" not in settings.model_fields_set:  # neither SENTIMENT_LAYOUT nor --layout
-        settings = settings.model_copy(update={"layout": local_layout(settings)})
+    settings = settings.model_copy(update={"layout": local_layout(settings)})
     if settings.torch_threads is None and settings.num_gpus == 0:
         # Ray would give a CPU replica one thread (OMP_NUM_THREADS = its num_cpus); locally
         # the model is the machine's main work, so let its forwards use every core.

@@ -5,6 +5,7 @@ Built once at start-up and passed in; nothing reads `os.environ` at import time.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,3 +207,17 @@ class Settings(BaseSettings):
                 "could never be admitted"
             )
         return self
+
+
+SMALL_MACHINE_CORES = 4
+
+
+def local_layout(settings: Settings) -> str:
+    """The layout when none is set (`make serve`, `make bench`): co-located on a small
+    CPU-only machine serving one replica of each tier, where it measured faster at every
+    client count (docs/benchmarks.md "Layouts"); else the two tiers, which scale apart."""
+    if "layout" in settings.model_fields_set:  # SENTIMENT_LAYOUT or --layout
+        return settings.layout
+    small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES and settings.num_gpus == 0
+    single = settings.num_replicas == 1 and settings.ingress_replicas == 1
+    return "colocated" if small and single else "two-tier"

@@ -6,6 +6,7 @@ Speed is never asserted (benchmarks measure it); only that every figure is there
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,13 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "loadtest.bench", "--quick", "--model-path",
            str(tiny_model_dir), "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    # The layout with every part (two processes, the handle hops); a small machine's default
+    # would be co-located (service.settings.local_layout).
+    env = {**os.environ, "SENTIMENT_LAYOUT": "two-tier"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
+    assert doc["layout"] == "two-tier"
     assert doc["limit"]["texts_per_s"] > 0
     runs = {(r["target"], r["texts_per_request"], r["concurrency"]): r for r in doc["runs"]}
     plan = doc["plan"]

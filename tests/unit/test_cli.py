@@ -36,13 +36,15 @@ def test_bad_setting_names_the_variable(tiny_model_dir: Path) -> None:
 def test_serve_picks_the_colocated_layout_only_on_a_small_cpu_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from service.__main__ import local_layout
-    from service.settings import Settings
+    from service.settings import Settings, local_layout
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert local_layout(Settings()) == "colocated"
     assert local_layout(Settings(num_gpus=1)) == "two-tier"
     assert local_layout(Settings(ingress_replicas=2)) == "two-tier"
     assert local_layout(Settings(num_replicas=2)) == "two-tier"
+    assert local_layout(Settings(layout="two-tier")) == "two-tier"  # set: kept
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert local_layout(Settings()) == "two-tier"
+    monkeypatch.setenv("SENTIMENT_LAYOUT", "colocated")
+    assert local_layout(Settings()) == "colocated"
