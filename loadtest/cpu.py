@@ -27,8 +27,9 @@ GROUPS = (
 )
 OTHER = "ray other"
 FORWARD_THREAD = "forward"
-# Only these processes' threads are read: the ones that run forwards.
-MODEL_GROUPS = ("SentimentModel",)
+# Only these processes' threads are read: the ones that may run forwards (the ingress does in
+# the co-located layout).
+MODEL_GROUPS = ("SentimentModel", "SentimentIngress")
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,10 @@ def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str,
         "p50_ms": round(result.percentile(0.50) * 1000, 2),
         "p99_ms": round(result.percentile(0.99) * 1000, 2),
         "server_cpu_ms_per_request": _ms_per(used.total, n),
-        "model_replica_cpu_ms_per_text": _ms_per(model - forward_here, n),
+        # Co-located there is no model replica process: its figure does not exist.
+        "model_replica_cpu_ms_per_text": (
+            _ms_per(model - forward_here, n) if MODEL_GROUP in used.by_group else None
+        ),
         "forward_cpu_ms_per_text": _ms_per(forward, n),
         "groups": {
             g: {"processes": used.processes[g], "cpu_ms_per_request": _ms_per(s, n)}
