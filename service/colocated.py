@@ -28,10 +28,9 @@ class LocalModel:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         # Imported here: the two-tier ingress must not load torch (tests/unit/test_imports.py).
-        from service.replica import ModelReplica
+        from service.modelcore import ModelCore
 
-        deployment: Any = ModelReplica  # the Serve deployment; its class is `func_or_class`
-        self.core = deployment.func_or_class(settings)
+        self.core = ModelCore(settings)
         self.infer = _Method(self.core.infer)
         self.info = _Method(self.core.info)
 

@@ -1,67 +1,24 @@
-"""The model replica (one per GPU): batches packed token ids from every ingress, runs forwards.
+"""The model replica as a Serve deployment: a thin shell around `service.modelcore`.
 
-It does no per-request work. Each call carries the texts of many HTTP requests as two arrays
-(ids and offsets) with a time budget per text; calls are coalesced into dynamic batches when
-the model is free, cut into length-sorted forwards, and answered with one probability array
-and one status array per call.
+The shell imports neither torch nor transformers: `serve deploy` builds the application (it
+imports `service.deployment`, hence this module) in a fresh worker before any replica starts,
+and that build took seconds longer while it loaded the model libraries it never uses. The
+replica imports them when it starts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ctypes
-import logging
-import threading
-import time
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-import torch
 from ray import serve
 
-from service.batcher import Batcher
-from service.batching import padded_cost, padding_ratio, plan_micro_batches
-from service.calibration import Calibration, calibrate
-from service.encoding import EXPIRED, Packed, Scored
-from service.faults import with_faults
-from service.health import Watchdog
-from service.metrics import ModelMetrics
-from service.model import SentimentModel, dtype_name
-from service.retry import SplittingForward, expired_scores
-from service.settings import BatchConfig, Settings
+from service.encoding import Packed, Scored
 
-logger = logging.getLogger("ray.serve")
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-Probs = npt.NDArray[np.float32]
-FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
-
-
-@dataclass
-class Job:
-    """One call's texts waiting in the model replica."""
-
-    packed: Packed
-    deadlines: npt.NDArray[np.float64]  # time.monotonic() per text
-    arrived: float
-
-    @property
-    def texts(self) -> int:
-        return len(self.packed)
-
-    @property
-    def tokens(self) -> int:
-        return int(self.packed.offsets[-1])
-
-
-def _name_thread() -> None:
-    """Give the forward thread an OS-visible name (Linux prctl PR_SET_NAME)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: only a convenience
-        ctypes.CDLL(None).prctl(15, FORWARD_THREAD, 0, 0, 0)
+    from service.modelcore import ModelCore
 
 
 @serve.deployment(name="SentimentModel")
@@ -69,174 +26,22 @@ class ModelReplica:
     """Owns the model (and the GPU); batches across all ingress replicas."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = s = Settings.model_validate(settings)
-        if s.torch_threads:
-            torch.set_num_threads(s.torch_threads)
-        self.metrics = ModelMetrics()
-        self.model = SentimentModel.load(
-            s.model_path,
-            s.device,
-            s.dtype,
-            max_length=s.max_seq_len,
-            name=s.model_name,
-            allow_pickle=s.allow_pickle,
-            backend=s.backend,
-            max_rows=max(1, s.batch.micro_batch_tokens // 8),
-        )
-        logger.info("backend %s (%s)", self.model.backend_name, self.model.backend_reason)
-        self.batch = s.batch
-        self.batcher: Batcher[Job, Scored] = Batcher(
-            self._run,
-            size=lambda job: job.tokens,
-            count=lambda job: job.texts,
-            max_items=s.batch.max_batch_texts,
-            max_size=s.batch.max_batch_tokens,
-            wait_s=s.batch.batch_wait_timeout_s,
-            deadline=lambda job: float(job.deadlines.max()),
-            expired=lambda job: expired_scores(job.texts, len(self.model.labels)),
-        )
-        # One thread: forwards run off the event loop so calls keep arriving (and batches keep
-        # filling) while the model computes, but never two forwards at once.
-        self.executor = ThreadPoolExecutor(1, "forward", initializer=_name_thread)
-        # Faults (tests only) inside the watchdog inside the split-and-retry (service.retry).
-        self.watchdog = Watchdog(s.health_stall_s)
-        forward = self.watchdog.watch(
-            with_faults(
-                self._forward,
-                s.fault_forward_min_texts,
-                s.fault_hang_min_tokens,
-                s.fault_slow_forward_s,
-            )
-        )
-        self.forward = SplittingForward(
-            forward,
-            len(self.model.labels),
-            lambda reason: self.metrics.forward_failures.inc(tags={"reason": reason}),
-        )
-        probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
-        self.probe = lambda: asyncio.get_running_loop().run_in_executor(
-            self.executor, forward, probe
-        )
-        # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
-        self.calibration = self._warmup() if s.warmup else None
-        # Ray forgets a gauge that is not set again within two export intervals, so a daemon
-        # thread keeps re-publishing them (and samples GPU memory between batches).
-        self._stop = threading.Event()
-        threading.Thread(target=self._publish_gauges, name="gauges", daemon=True).start()
+        from service.modelcore import ModelCore
+
+        self.core: ModelCore = ModelCore(settings)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Apply new batch knobs from Ray's `user_config` without restarting the replica."""
-        config = BatchConfig.model_validate(user_config)
-        Settings.model_validate({**self.settings.model_dump(), "batch": config.model_dump()})
-        self.batch = config
-        self.batcher.configure(
-            config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s
-        )
-        logger.info("batch config now %s", config.model_dump())
+        self.core.reconfigure(user_config)
 
     async def check_health(self) -> None:
         """Ray replaces the replica when this raises: a stalled forward, or a failed probe."""
-        await self.watchdog.check(self.batcher.queued, self.probe)
+        await self.core.check_health()
 
     async def info(self) -> dict[str, Any]:
         """What serves: replica, model, device, dtype, labels and the batch knobs in force."""
-        return {
-            "replica": serve.get_replica_context().replica_tag,
-            "model": self.model.name,
-            "device": str(self.model.device),
-            "dtype": dtype_name(self.model.dtype),
-            "backend": self.model.backend_name,
-            "labels": self.model.labels,
-            "batch": self.batch.model_dump(),
-            "forward_overhead_tokens": self._overhead(),
-        }
+        return await self.core.info()
 
     async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
         """Probabilities for every text of a call, or EXPIRED where its time budget ran out."""
-        now = time.monotonic()
-        return await self.batcher.submit(Job(packed, now + budgets_s.astype(np.float64), now))
-
-    async def _run(self, jobs: list[Job]) -> AsyncIterator[list[tuple[int, Scored]]]:
-        """One dynamic batch: drop expired texts, forward length-sorted micro-batches off the
-        event loop, and answer each call as soon as its last text is computed."""
-        now = time.monotonic()
-        counts = np.array([job.texts for job in jobs])
-        owner = np.repeat(np.arange(len(jobs)), counts)  # the call each text belongs to
-        starts = np.concatenate(([0], np.cumsum(counts)))
-        lengths = np.concatenate([job.packed.lengths() for job in jobs])
-        live = np.flatnonzero(np.concatenate([job.deadlines for job in jobs]) > now)
-        probs = np.zeros((len(owner), len(self.model.labels)), dtype=np.float32)
-        status = np.full(len(owner), EXPIRED, dtype=np.uint8)
-        left = np.bincount(owner[live], minlength=len(jobs))
-        for job in jobs:
-            self.metrics.queue_wait.observe(now - job.arrived)
-
-        def answers(done: npt.NDArray[np.intp]) -> list[tuple[int, Scored]]:
-            spans = [(int(k), slice(starts[k], starts[k + 1])) for k in done]
-            return [(k, (probs[span], status[span])) for k, span in spans]
-
-        if (left == 0).any():  # calls whose every text expired
-            yield answers(np.flatnonzero(left == 0))
-        if not len(live):
-            return
-        self.metrics.batch_texts.observe(len(live))
-        loop = asyncio.get_running_loop()
-        overhead = self._overhead()
-        budget = self.batch.micro_batch_tokens
-        for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
-            texts = live[group]
-            calls = owner[texts]
-            rows = [jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)]
-            out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
-            probs[texts], status[texts] = out, ok
-            before = left.copy()
-            np.subtract.at(left, calls, 1)
-            group_lengths = lengths[texts].tolist()
-            self.metrics.forward_texts.observe(len(texts))
-            self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
-            self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
-            self.metrics.forward.observe(seconds)
-            finished = np.flatnonzero((left == 0) & (before > 0))
-            if len(finished):
-                yield answers(finished)
-
-    def _forward(self, rows: list[npt.NDArray[np.int32]]) -> tuple[Probs, float]:
-        """One forward pass on the forward thread; returns probabilities and its duration."""
-        t0 = time.perf_counter()
-        out: Probs = self.model.predict(rows).numpy()
-        return out, time.perf_counter() - t0
-
-    def _overhead(self) -> int:
-        measured = self.calibration.overhead_tokens if self.calibration else None
-        return self.batch.overhead_for(self.model.device.type, measured)
-
-    def _warmup(self) -> Calibration:
-        """Run each padded length bucket at one row and at a full micro-batch; fit the cost."""
-        t0 = time.perf_counter()
-        found = calibrate(self.model, self.batch.micro_batch_tokens)
-        logger.info(
-            "warm-up: %d shapes in %.1fs; a forward costs %.2f ms + %.2f us per padded token "
-            "(overhead %s tokens)",
-            found.shapes,
-            time.perf_counter() - t0,
-            found.fixed_s * 1e3,
-            found.per_token_s * 1e6,
-            found.overhead_tokens,
-        )
-        return found
-
-    def _publish_gauges(self) -> None:
-        m, model = self.metrics, self.model
-        info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
-        info["backend"] = model.backend_name
-        on_gpu = model.device.type == "cuda"
-        while not self._stop.wait(self.settings.metrics_refresh_s):
-            m.model_info.set(1, tags=info)
-            m.queued_texts.set(self.batcher.queued)
-            m.gpu_allocated.set(torch.cuda.memory_allocated(model.device) if on_gpu else 0)
-            m.gpu_reserved.set(torch.cuda.memory_reserved(model.device) if on_gpu else 0)
-            m.gpu_peak.set(torch.cuda.max_memory_allocated(model.device) if on_gpu else 0)
-
-    def __del__(self) -> None:
-        if hasattr(self, "_stop"):
-            self._stop.set()
+        return await self.core.infer(packed, budgets_s)

@@ -1,15 +1,19 @@
-"""The ingress tier only tokenizes: its replicas must start without torch or transformers,
-which cost each of them seconds of start-up and hundreds of MB."""
+"""Modules that must start without torch or transformers, which cost seconds of start-up and
+hundreds of MB: the ingress tier only tokenizes, and building the application (what
+`serve deploy` does in a fresh worker before any replica starts) only binds deployments."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 
-def test_the_ingress_module_imports_neither_torch_nor_transformers() -> None:
+
+@pytest.mark.parametrize("module", ["service.ingress", "service.deployment"])
+def test_module_imports_neither_torch_nor_transformers(module: str) -> None:
     code = (
-        "import sys, service.ingress; "
+        f"import sys, {module}; "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -17,7 +17,7 @@ import pytest
 from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply
 from service.model import SentimentModel
-from service.replica import ModelReplica
+from service.modelcore import ModelCore
 from tests.tiny_bert import SAMPLE_TEXT
 from tests.windows import (
     build_sharp_bert,
@@ -60,7 +60,7 @@ def replica(model_dir: Path) -> Iterator[Any]:
             "max_pending_texts": 64,
         },
     }
-    tier = ModelReplica.func_or_class(settings)
+    tier = ModelCore(settings)
     tier.forward = Forwards(tier.forward)
     yield tier
     tier._stop.set()
