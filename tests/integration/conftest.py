@@ -1,15 +1,14 @@
 """A real Ray Serve instance on 127.0.0.1, started once per test session.
 
 Applications are deployed the way production deploys them (KubeRay's serveConfigV2): a
-declarative config naming `service.deployment:build_app`, applied with `serve deploy`. That is
+declarative config naming `service.deployment:build_app`, validated against Ray's deploy schema
+and sent to the dashboard's REST API, the request `serve deploy` and KubeRay send. That is
 also the path on which a new `user_config` reaches running replicas through `reconfigure`.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
+from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
+from ray.serve.schema import ServeDeploySchema
 
 from tests.net import free_port
 
@@ -117,13 +118,15 @@ class Cluster:
         self.apply()
 
     def apply(self) -> None:
-        """`serve deploy` the whole config; apps missing from it are shut down gracefully."""
-        self.config_path.write_text(yaml.safe_dump({"applications": list(self.apps.values())}))
-        subprocess.run(
-            [sys.executable, "-m", "ray.serve.scripts", "deploy", str(self.config_path),
-             "--address", f"http://127.0.0.1:{self.dashboard_port}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+        """Deploy the whole config; apps missing from it are shut down gracefully. The config
+        is also written out, for reading after a failure."""
+        config = {"applications": list(self.apps.values())}
+        self.config_path.write_text(yaml.safe_dump(config))
+        # `serve deploy`'s own steps, in this process: a CLI process per call spent seconds
+        # importing Ray before sending this one request.
+        schema = ServeDeploySchema.model_validate(config)
+        client = ServeSubmissionClient(f"http://127.0.0.1:{self.dashboard_port}")
+        client.deploy_applications(schema.model_dump(exclude_unset=True))
 
     def scrape(self, *names: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         """Parse Ray's metrics endpoint with prometheus_client's own parser; with `names`, only
