@@ -7,7 +7,10 @@ is idempotent, so computing a call twice is harmless, and Serve's router picks a
 When no replica is alive (the only one died), Serve's router holds a call until Ray has
 started a new one, which takes longer than a request's deadline. So a cheap probe asks whether
 any replica answers within `probe_s`, whenever a call is resent, and whenever a call is still
-out after `probe_s` (it may be held for a replica that died while idle):
+out after `probe_s` and no replica has taken it (it may be held for a replica that died while
+idle). A call a replica has taken is not probed for: that replica's death fails the call, and
+a replica that is stopping (the app removed, a rolling update) finishes it, though no probe
+can reach a replica then:
 - one answers: a replica lives; the call is awaited (bounded by the request deadline, as
   every call is), so an answerable request is never refused, however slow;
 - none does: the call is dropped and its requests get 503 with Retry-After; `on_down` tells
@@ -45,6 +48,7 @@ class Failover:
         probe_s: float,
         retry_after_s: int,
         is_up: Callable[[], bool] = lambda: True,
+        taken: Callable[[Awaitable[Scored]], bool] = lambda _: False,
         on_resend: Callable[[], None] = lambda: None,
         on_down: Callable[[], None] = lambda: None,
     ) -> None:
@@ -54,6 +58,7 @@ class Failover:
         self.probe_s = probe_s
         self.retry_after_s = retry_after_s
         self.is_up = is_up
+        self.taken = taken  # whether a replica has taken the call `call` returned
         self.on_resend = on_resend
         self.on_down = on_down
         self._probing: asyncio.Task[bool] | None = None
@@ -66,31 +71,33 @@ class Failover:
         if not self.is_up():  # the model is known to be gone: no waiting for it
             raise self.refusal(NO_REPLICA)
         sent = time.monotonic()
-        first = asyncio.ensure_future(self.call(packed, budgets))
+        response = self.call(packed, budgets)
+        first = asyncio.ensure_future(response)
         try:
             # A call still out after `probe_s` may wait in Serve's router for a replica that
             # is gone (it died while idle, or this call went out after it died).
-            if not await self._answered_or_alive(first, self.probe_s):
+            if not await self._answered_or_alive(first, self.probe_s, response):
                 raise self._gone()
             return await first
         except self.lost:
             self.on_resend()
-        resend = asyncio.ensure_future(
-            self.call(packed, budgets - np.float32(time.monotonic() - sent))
-        )
-        if not await self._answered_or_alive(resend, 0.0):
+        response = self.call(packed, budgets - np.float32(time.monotonic() - sent))
+        resend = asyncio.ensure_future(response)
+        if not await self._answered_or_alive(resend, 0.0, response):
             raise self._gone()
         try:
             return await resend
         except self.lost:
             raise self.refusal("the model replica failed twice; retry shortly") from None
 
-    async def _answered_or_alive(self, call: asyncio.Future[Scored], wait_s: float) -> bool:
-        """True once `call` is done (answered or failed), or when a model replica answers a
-        probe while it is out; else `call` is dropped and False."""
+    async def _answered_or_alive(
+        self, call: asyncio.Future[Scored], wait_s: float, response: Awaitable[Scored]
+    ) -> bool:
+        """True once `call` is done (answered or failed) or taken by a replica, or when a model
+        replica answers a probe while it is out; else `call` is dropped and False."""
         if wait_s > 0:
             await asyncio.wait({call}, timeout=wait_s)
-        if call.done():
+        if call.done() or self.taken(response):
             return True
         probe = self._alive()
         either: set[asyncio.Future[Any]] = {call, probe}
@@ -116,3 +123,16 @@ class Failover:
         except Exception:  # timed out, or the replica it reached died too
             return False
         return True
+
+
+def taken_by_replica(response: object) -> bool:
+    """Whether Serve's router has handed a handle call (a `DeploymentResponse`) to a replica.
+
+    Serve exposes no public way to ask; the response resolves a private future with the
+    replica's result object once the router has chosen a replica. Where a Ray version lacks
+    it, or for anything but a Serve response, the answer is False: the call is probed for, as
+    every call was before."""
+    future = getattr(response, "_replica_result_future", None)
+    if future is None or not future.done() or future.cancelled():
+        return False
+    return future.exception() is None

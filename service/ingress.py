@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,7 +35,7 @@ from service.errors import (
     ShuttingDown,
     error_response,
 )
-from service.failover import Failover
+from service.failover import Failover, taken_by_replica
 from service.http import (
     ERROR_RESPONSES,
     Answer,
@@ -91,6 +92,7 @@ class SentimentIngress:
             probe_s=s.model_probe_s,
             retry_after_s=s.retry_after_s,
             is_up=lambda: self.model_ready,
+            taken=taken_by_replica,
             on_resend=self._count_resend,
             on_down=self._model_lost,
         )
@@ -234,9 +236,11 @@ class SentimentIngress:
             )
         return _json({"model": self.name, "results": results})
 
-    async def _call_model(self, packed: Packed, budgets: Any) -> Scored:
-        scored: Scored = await self.model.infer.remote(packed, budgets)
-        return scored
+    def _call_model(self, packed: Packed, budgets: Any) -> Awaitable[Scored]:
+        """The handle call itself (a `DeploymentResponse`), so the failover can see whether a
+        replica has taken it."""
+        response: Awaitable[Scored] = self.model.infer.remote(packed, budgets)
+        return response
 
     def _count_resend(self) -> None:
         self._counts["resent", ""] += 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -56,20 +55,30 @@ def test_expired_requests_get_504_and_are_not_computed(cluster: Cluster) -> None
 
 
 def test_removing_an_app_finishes_requests_in_flight(cluster: Cluster) -> None:
-    app = cluster.deploy("drain", batch={"batch_wait_timeout_s": 1.0})
-    started = threading.Event()
+    """Removing an application (`serve deploy` without it) lets the model replica finish the
+    calls it holds. Ray stops both deployments at once, so rows still queued in an ingress
+    would find no model replica and get a retryable 503: each request here is its own call
+    (eight calls in flight), and all eight are at the model (its forward takes 3 s longer)
+    when the app goes. The `serve` command drains the ingress first (test_drain.py), so
+    nothing meets that 503."""
+    app = cluster.deploy(
+        "drain",
+        batch={"batch_wait_timeout_s": 1.0},
+        ingress_calls_in_flight=8,
+        fault_slow_forward_s=3.0,
+    )
 
     def send(i: int) -> requests.Response:
-        started.set()
         return app.classify({"text": f"in flight {i}"}, timeout=60)
 
+    calls = "ray_sentiment_call_texts_count"
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = [pool.submit(send, i) for i in range(8)]
-        started.wait()
-        time.sleep(0.5)  # requests are now waiting in the replica's batch queue
+        # All eight calls sent; the model replica holds them for 1 s of batch wait + 4 s.
+        cluster.wait_for(lambda: cluster.metric(calls, application="drain") == 8, timeout=3.5)
         cluster.remove("drain")
         responses = [f.result() for f in futures]
-    assert [r.status_code for r in responses] == [200] * 8
+    assert [r.status_code for r in responses] == [200] * 8, [r.text[:200] for r in responses]
     assert all(len(r.json()["results"]) == 1 for r in responses)
 
 

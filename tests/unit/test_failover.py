@@ -117,6 +117,22 @@ def test_a_call_held_for_a_gone_replica_is_a_503_after_the_probe(encoder: Window
     assert isinstance(reply, NotReady) and model.cancelled == 1 and down == [1]
 
 
+def test_a_call_a_stopping_replica_holds_is_awaited_though_no_probe_answers(
+    encoder: WindowEncoder,
+) -> None:
+    """An app being removed (or a single replica being replaced): the replica that took the
+    call finishes it, while no probe can reach any replica."""
+    down: list[int] = []
+    model, probe = Model(deaths=0, hang_s=0.4), Probe(None)
+    failover = Failover(
+        model, probe, (ReplicaDied,), probe_s=0.1, retry_after_s=1,
+        taken=lambda response: True, on_down=lambda: down.append(1),
+    )  # fmt: skip
+    (reply,) = _run(encoder, failover, [["held by a replica that is stopping"]])
+    assert isinstance(reply, Reply) and model.cancelled == 0 and down == []
+    assert probe.calls == 0
+
+
 def test_a_slow_call_to_a_live_replica_is_awaited(encoder: WindowEncoder) -> None:
     model, probe = Model(deaths=0, hang_s=0.4), Probe(0.01)
     failover = Failover(model, probe, (ReplicaDied,), probe_s=0.1, retry_after_s=1)
