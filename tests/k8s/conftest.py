@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from k8s.checks.loadtest_sync import LOADTEST_CONFIGMAP, loadtest_configmap
+from k8s.checks.loadtest_sync import LOADTEST_CONFIGMAP, loadtest_configmap, loadtest_files
 from k8s.checks.schemas import SCHEMAS_ENV, schemas_dir
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("k8s", "loadtest", "Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
+# The ConfigMap's text by the loadtest files it is made of: dumping it as YAML takes ~0.2 s,
+# and every broken copy of a session starts from the same files.
+_CONFIGMAPS: dict[tuple[tuple[str, str], ...], str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -37,5 +40,8 @@ def copy_repo(dest: Path) -> Path:
 def synced_copy(dest: Path) -> Path:
     """A copy with the loadtest ConfigMap regenerated, so only the test's edit differs."""
     root = copy_repo(dest)
-    (root / "k8s" / LOADTEST_CONFIGMAP).write_text(loadtest_configmap(root))
+    files = tuple(loadtest_files(root / "loadtest").items())
+    if files not in _CONFIGMAPS:
+        _CONFIGMAPS[files] = loadtest_configmap(root)
+    (root / "k8s" / LOADTEST_CONFIGMAP).write_text(_CONFIGMAPS[files])
     return root
