@@ -8,7 +8,8 @@ figures:
   probe     `python -m service probe`: FP16 memory and speed per batch x length
   bench     `python -m loadtest.bench --synthetic-bert-base`: the service over HTTP (single- and
             32-text requests, p50/p99), the in-process limit, GPU memory peak, CPU figures
-  parity    backend parity (only the torch backend exists yet: skipped)
+  parity    `python -m loadtest.gpuparity run` when its pack (--parity-pack) is here: the
+            default model per dtype against torch FP32 on the CPU, and torch.compile's speed
   train-probe-bert-base, train-probe-bert-large (with --train-probe)  `python -m training
             probe`: training peak memory and speed per batch x length, AMP and checkpointing
             off/on, and the largest batch per length that fits 40 GiB
@@ -72,8 +73,10 @@ class Run:
         return "cpu" if self.smoke else "cuda"
 
 
-FULL_BUDGETS = {"prepare": 60.0, "training": 90.0, "probe": 75.0, "bench": 300.0}
-SMOKE_BUDGETS = {"prepare": 60.0, "training": 60.0, "probe": 60.0, "bench": 240.0}
+FULL_BUDGETS = {"prepare": 60.0, "training": 90.0, "probe": 75.0, "bench": 300.0, "parity": 240.0}
+SMOKE_BUDGETS = {
+    "prepare": 60.0, "training": 60.0, "probe": 60.0, "bench": 240.0, "parity": 120.0
+}  # fmt: skip
 # --train-probe: on a GPU the two synthetic sizes, on the CPU one pass over the tiny model.
 TRAIN_PROBE_BUDGETS = {"train-probe-bert-base": 150.0, "train-probe-bert-large": 240.0}
 TRAIN_PROBE_SMOKE_BUDGETS = {"train-probe-tiny": 120.0}
@@ -201,7 +204,7 @@ def run_train_probe(run: Run, py: str, tiny: Path) -> None:
         run_part(run, f"train-probe-{size}", [*cmd, "--json", str(out)], out)
 
 
-def run_all(run: Run, bundle: Path, train_probe: bool = False) -> None:
+def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False) -> None:
     """Every part in order; a failed part is recorded and the next one runs."""
     py = sys.executable
     if (bundle / "manifest.json").is_file() and not run.smoke:
@@ -255,9 +258,22 @@ def run_all(run: Run, bundle: Path, train_probe: bool = False) -> None:
     run_part(run, "bench", _bench_cmd(run, py), run.out / "bench" / "bench.json")
     if train_probe:
         run_train_probe(run, py, run.work / "tiny")
-    # Backend parity (e.g. ONNX Runtime / TensorRT vs torch: the same labels, speed side by
-    # side) goes here once a second backend exists.
-    run.parts["parity"] = {"status": "skipped: only the torch backend exists"}
+    run_parity(run, py, parity_pack)
+
+
+def run_parity(run: Run, py: str, pack: Path) -> None:
+    """The default model on this device per dtype against torch FP32 on the CPU, and
+    torch.compile against eager (loadtest.gpuparity), when its pack was brought along."""
+    if not (pack / "heldout.json").is_file():
+        run.parts["parity"] = {
+            "status": f"skipped: no parity pack at {pack} (python -m loadtest.gpuparity pack)"
+        }
+        return
+    cmd = [py, "-m", "loadtest.gpuparity", "run", "--pack", str(pack), "--device", run.device]
+    cmd += ["--out", str(run.out / "parity"), "--parts", "parity,compile"]
+    if run.smoke:
+        cmd += ["--dtypes", "float32", "--parts", "parity", "--speed-texts", "32"]
+    run_part(run, "parity", cmd, run.out / "parity" / "parity.json")
 
 
 def _budgets(pairs: list[str], smoke: bool) -> dict[str, float]:
@@ -274,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.gpubench", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("results/gpu-bench"))
     parser.add_argument("--bundle", type=Path, default=Path(".gpu-bundle"))
+    parser.add_argument(
+        "--parity-pack", type=Path, default=Path(".gpu-parity"), help="loadtest.gpuparity's pack"
+    )
     parser.add_argument("--cpu-smoke", action="store_true", help="CPU, tiny model, seconds")
     parser.add_argument(
         "--total-s", type=float, help="limit for everything (450 s; 840 s with --train-probe)"
@@ -296,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=began + (args.total_s or (840.0 if args.train_probe else 450.0)),
             budgets=_budgets(args.budget, args.cpu_smoke),
         )
-        run_all(run, args.bundle.resolve(), args.train_probe)
+        run_all(run, args.bundle.resolve(), args.parity_pack.resolve(), args.train_probe)
     doc = summarize(run.parts, "cpu-smoke" if run.smoke else "gpu")
     doc["seconds"] = round(time.monotonic() - began, 1)
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -20,6 +20,7 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
     out = tmp_path / "gpu-bench"
     cmd = [sys.executable, "-m", "loadtest.gpubench", "--cpu-smoke", "--out", str(out),
            "--bundle", str(tmp_path / "no-bundle"), "--budget", "bench=0",
+           "--parity-pack", str(tmp_path / "no-pack"),
            "--train-probe"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # bench skipped

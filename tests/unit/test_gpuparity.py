@@ -1,0 +1,51 @@
+"""The GPU parity pack round trip on the CPU: FP16 weights carried, both references kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from loadtest.gpuparity import holds, main, pack
+
+TEXTS = ["great value, works well", "broke after a day, refund please", "fine", "awful smell"]
+
+
+@pytest.fixture(scope="module")
+def packed(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pack")
+    made = pack(tiny_model_dir, TEXTS, [1, 0, 1, 0], out)
+    assert made["texts"] == len(TEXTS) and made["bytes"] > 0
+    return out
+
+
+def test_pack_carries_fp16_weights_and_both_fp32_references(packed: Path) -> None:
+    with safe_open(str(packed / "model" / "model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}  # noqa: SIM118
+    assert "torch.float16" in {str(d) for d in dtypes}
+    assert "torch.float32" not in {str(d) for d in dtypes}
+    doc = json.loads((packed / "heldout.json").read_text())
+    assert doc["texts"] == TEXTS and doc["labels"] == [1, 0, 1, 0]
+    for ref in doc["reference"].values():
+        assert len(ref) == len(TEXTS)
+        assert all(abs(sum(row) - 1.0) < 1e-5 for row in ref)
+
+
+def test_run_on_the_cpu_matches_the_rounded_weights_reference(packed: Path, tmp_path: Path) -> None:
+    argv = ["run", "--pack", str(packed), "--device", "cpu", "--dtypes", "float32"]
+    argv += ["--parts", "parity", "--speed-texts", "16", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "parity.json").read_text())
+    (row,) = doc["rows"].values()
+    # The same FP32 math on the same rounded weights: only summation order can differ.
+    assert row["max_abs_diff_vs_fp16_weights_cpu"] < 1e-5
+    assert 0.0 <= row["accuracy"] <= 1.0 and row["texts_per_s"] > 0
+    assert "| torch float32 on cpu |" in (tmp_path / "parity.md").read_text()
+
+
+def test_parity_bounds_follow_precision() -> None:
+    close = {"max_abs_diff": 5e-3, "label_agreement": 1.0}
+    assert holds("float16", close) and not holds("float32", close)
+    assert not holds("float16", {"max_abs_diff": 1e-4, "label_agreement": 0.99})
