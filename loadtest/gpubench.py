@@ -220,6 +220,9 @@ def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False
         run.parts["preflight"] = json.loads(pre.read_text())
     except ValueError:
         run.parts["preflight"] = {"cuda": False, "import_errors": ["preflight did not run"]}
+    errors = run.parts["preflight"].get("import_errors", [])
+    if errors:
+        run.parts["preflight"]["status"] = f"failed: {len(errors)} imports, first: {errors[0]}"
     if not run.smoke and not run.parts["preflight"].get("cuda"):
         run.parts["preflight"]["status"] = "failed: torch sees no CUDA GPU; nothing measured"
         return

@@ -40,9 +40,11 @@ PINNED = (
     "pydantic-settings",
     "uvicorn",
 )
-# Big, and present on the GPU machine (torch, transformers and onnx bring them).
+# Big, and present on the GPU machine (torch, transformers and onnx bring them). Not grpcio:
+# the bundle's grpcio-reflection refuses a grpcio older than the one it was generated with, so
+# grpcio travels and replaces an older one there.
 MACHINE_HAS = frozenset(
-    {"numpy", "grpcio", "aiohttp", "aiohappyeyeballs", "aiosignal", "frozenlist", "multidict",
+    {"numpy", "aiohttp", "aiohappyeyeballs", "aiosignal", "frozenlist", "multidict",
      "propcache", "yarl", "pyyaml"}
 )  # fmt: skip
 # Pulled in by ray[serve] but never imported by the service, the benchmark or Ray's agents.
