@@ -45,7 +45,10 @@ def service_settings(
     budget: int | None = None,
 ) -> Settings:
     """The service's Settings for a bench run."""
-    batch = {"micro_batch_tokens": budget} if budget else {}
+    batch: dict[str, int] = {"micro_batch_tokens": budget} if budget else {}
+    if budget and gpus:
+        # Room for about four such forwards per dynamic batch, as `probe` advises.
+        batch.update(max_batch_tokens=max(16384, 4 * budget), max_batch_texts=4096)
     settings = Settings(
         model_path=model_path.resolve(),
         device=device,
