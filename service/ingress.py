@@ -8,6 +8,7 @@ everything else (health, readiness, OpenAPI docs, unknown routes) goes to a Fast
 import asyncio
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable
@@ -26,7 +27,7 @@ from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply
 from service.colocated import LocalModel
 from service.drain import DrainWatch
-from service.encoding import Packed, Scored, labels_of
+from service.encoding import Packed, Scored, labels_of, tokenizer_threads_env
 from service.errors import (
     DeadlineExceeded,
     InternalError,
@@ -74,8 +75,12 @@ class SentimentIngress:
         self.local: LocalModel | None = None
         if model == IN_PROCESS:
             self.local = LocalModel(settings)
-        elif isinstance(model, str):
-            model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
+        else:
+            # Ingress replicas scale by process: one tokenizer thread pool per core in each
+            # would oversubscribe the cores they share (see tokenizer_threads_env).
+            os.environ.update(tokenizer_threads_env(s.tokenizer_parallel))
+            if isinstance(model, str):
+                model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
         self.model: Any = self.local or model
         self.name = s.model_name or s.model_path.name
         self.labels = labels_of(s.model_path)

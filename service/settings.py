@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     ingress_calls_in_flight: int = Field(
         1, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
     )
+    tokenizer_parallel: bool = Field(
+        False,
+        description="Let a two-tier ingress replica's tokenizer run a thread per core; off: "
+        "replicas scale by process, and one thread pool per core per replica oversubscribes.",
+    )
     model_probe_s: float = Field(
         2.0,
         gt=0.0,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from transformers import AutoTokenizer
 
 from service.encoding import TextEncoder, labels_of, pack
@@ -33,3 +37,29 @@ def test_encoder_matches_the_hf_tokenizer_and_flags_truncation(tiny_model_dir: P
 
 def test_labels_come_in_output_order(tiny_model_dir: Path) -> None:
     assert labels_of(tiny_model_dir) == ["negative", "positive"]
+
+
+THREADS_AFTER_BATCH = """
+import os, sys
+from pathlib import Path
+from service.encoding import fast_tokenizer, tokenizer_threads_env
+os.environ.update(tokenizer_threads_env(sys.argv[2] == "parallel"))
+tokenizer = fast_tokenizer(Path(sys.argv[1]))
+before = len(os.listdir("/proc/self/task"))
+tokenizer.encode_batch(["a good phone, works well"] * 256)
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.parametrize("mode", ["parallel", "single"])
+def test_tokenizer_thread_pool_follows_the_setting(tiny_model_dir: Path, mode: str) -> None:
+    # A fresh process each: the Rust thread pool, once started, stays for the process's life.
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS_AFTER_BATCH, str(tiny_model_dir), mode],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    new_threads = int(proc.stdout.strip().splitlines()[-1])
+    if mode == "single":
+        assert new_threads == 0
+    else:
+        assert new_threads >= min(2, os.cpu_count() or 1) - 1 and new_threads >= 1
