@@ -167,8 +167,9 @@ typecheck: $(STAMP)
 ISOLATE = $(shell for u in "unshare -n" "unshare -rn"; do \
 	$$u sh -c 'ip link set lo up' 2>/dev/null && { echo "$$u sh -c 'ip link set lo up && exec \"\$$@\"' sh"; break; }; done)
 
+# The unit and k8s tiers run beside the Ray tiers, at nice 19 (tests/tiers.py).
 test: lint typecheck prometheus-tools
-	$(ISOLATE) $(PY) -m pytest
+	$(ISOLATE) $(PY) -m tests.tiers
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
