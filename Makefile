@@ -167,7 +167,7 @@ typecheck: $(STAMP)
 ISOLATE = $(shell for u in "unshare -n" "unshare -rn"; do \
 	$$u sh -c 'ip link set lo up' 2>/dev/null && { echo "$$u sh -c 'ip link set lo up && exec \"\$$@\"' sh"; break; }; done)
 
-# The unit and k8s tiers run beside the Ray tiers, at nice 19 (tests/tiers.py).
+# The tests without Ray run beside the Ray tests, at nice 19 (tests/tiers.py).
 test: lint typecheck prometheus-tools
 	$(ISOLATE) $(PY) -m tests.tiers
 

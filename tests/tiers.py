@@ -1,12 +1,12 @@
-"""`make test`'s pytest: the tiers without Ray run beside the others, at the lowest priority.
+"""`make test`'s pytest: the tests without Ray run beside the others, at the lowest priority.
 
-The Ray tiers (integration, e2e) spend most of their wall time waiting: replicas starting and
-stopping, requests in flight, metrics exported once a second. The unit and k8s tiers only
-compute, and take a few minutes. At nice 19 they mostly fill the cores the Ray tiers leave
-idle: where both want a core, a process at nice 0 gets ~68 times their share and Ray's workers
-(nice 15) ~2.4 times. Not SCHED_IDLE: that would leave them no CPU for seconds under a busy
-load, and a few of them bound wall time (a 408 within 2 s, a subprocess within 60 s).
-Each run's output is printed whole, the Ray tiers' first.
+The Ray tests (integration, most of e2e) spend most of their wall time waiting: replicas
+starting and stopping, requests in flight, metrics exported once a second. The unit and k8s
+tiers and the torchrun training runs only compute, a few minutes in all. At nice 19 they fill
+the cores the Ray tests leave idle: where both want a core, a process at nice 0 gets ~68
+times their share and Ray's workers (nice 15) ~2.4 times. Not SCHED_IDLE: that would leave
+them no CPU for seconds under a busy load, and a few of them bound wall time (a 408 within
+2 s, a subprocess within 60 s). Each run's output is printed whole, the Ray tests' first.
 
     python -m tests.tiers [pytest options]    # options go to both runs; no paths
 """
@@ -19,7 +19,14 @@ import sys
 import tempfile
 
 # No Ray, no fixed ports, nothing shared with the other tiers but the tiny model's builder.
-WITHOUT_RAY = ("tests/unit", "tests/k8s")
+# The e2e training runs (torchrun, two CPU processes each) are heavy CPU work, last so that
+# the short unit tests are done by the time they compete for the cores.
+WITHOUT_RAY = (
+    "tests/unit",
+    "tests/k8s",
+    "tests/e2e/test_training_ddp.py",
+    "tests/e2e/test_training_fsdp.py",
+)
 NO_TESTS = 5  # pytest's exit status when a run collected nothing (e.g. `-k` matched none)
 
 
@@ -50,7 +57,7 @@ def main(argv: list[str]) -> int:
             background.wait()
             raise
         waited = background.wait()
-        print(f"\n{' '.join(WITHOUT_RAY)}, run beside the above at nice 19:", flush=True)
+        print(f"\n{', '.join(WITHOUT_RAY)}, run beside the above at nice 19:", flush=True)
         log.seek(0)
         sys.stdout.buffer.write(log.read())
         sys.stdout.flush()
