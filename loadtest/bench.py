@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import corpus, overhead, serving
+from loadtest import corpus, cpu, overhead, serving
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 from loadtest.report import hardware, write_reports
 
@@ -43,6 +43,7 @@ class Plan:
 FULL = Plan(1024, 12.0, 2.0, [1, 16, 64], [1, 4, 16], 32, [512, 1024, 2048, 4096], 20.0)
 QUICK = Plan(96, 2.0, 0.5, [1, 8], [2], 8, [1024], 2.0)
 GPU_BUDGETS = [4096, 16384, 65536]
+MODEL_GROUP = "SentimentModel"
 
 
 def _row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[str, Any]:
@@ -62,9 +63,30 @@ def _row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[
 
 async def _measure(
     url: str, payloads: list[tuple[bytes, int]], concurrency: int, plan: Plan
-) -> RunResult:
+) -> tuple[RunResult, dict[str, Any]]:
+    """One closed-loop run after a warm-up, and where the server's CPU went meanwhile."""
     await closed_loop(url, payloads, concurrency, plan.warmup_s, 10_000)
-    return await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
+    me = os.getpid()  # the load generator: not the server, never counted
+    before = cpu.snapshot(me)
+    r = await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
+    return r, cpu_figures(cpu.usage(before, cpu.snapshot(me)), r)
+
+
+def cpu_figures(used: cpu.Usage, r: RunResult) -> dict[str, Any]:
+    """Server CPU per text by process group, and how many cores the model replica kept busy
+    (one core busy means its Python, not its device, bounds it), and the forward threads'."""
+    texts = max(1, r.texts)
+    seconds = max(r.seconds, 1e-9)
+    model = used.by_group.get(MODEL_GROUP)  # None co-located: no model replica process
+    return {
+        "server_cpu_ms_per_text": round(used.total * 1000 / texts, 3),
+        "model_replica_busy_cores": None if model is None else round(model / seconds, 2),
+        # Co-located, the ingress runs the forwards: count forward threads wherever they are.
+        "forward_thread_busy_cores": round(sum(used.forward_by_group.values()) / seconds, 2),
+        "cpu_ms_per_text_by_group": {
+            g: round(v * 1000 / texts, 3) for g, v in sorted(used.by_group.items())
+        },
+    }
 
 
 def _synthetic_bert_base(tokenizer_from: Path, out: Path) -> Path:
@@ -189,12 +211,14 @@ async def _serve_and_measure(
             payloads = bodies(texts, per_request)
             for c in levels:
                 for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                    r = await _measure(urls[target], payloads, c, plan)
-                    rows.append(_row(target, per_request, c, r))
+                    r, used = await _measure(urls[target], payloads, c, plan)
+                    rows.append({**_row(target, per_request, c, r), **used})
                     print(
                         f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
                         f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
-                        f"  errors {r.errors}",
+                        f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
+                        f"  model replica {used['model_replica_busy_cores']} cores busy"
+                        f" (forward thread {used['forward_thread_busy_cores']})",
                         flush=True,
                     )
             if per_request == 1:

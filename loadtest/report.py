@@ -133,15 +133,18 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
         f"budget {results['service_micro_batch_tokens']}.",
         "",
         "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
-        "| vs limit | vs naive |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs limit | vs naive | server CPU ms/text | model replica cores busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(results["runs"], key=lambda r: (r["texts_per_request"], r["concurrency"])):
         vs_naive = f"{r['vs_naive']:.2f}x" if r["target"] == "service" and r["vs_naive"] else ""
+        # Runs saved before the CPU figures existed have none.
+        busy = r.get("model_replica_busy_cores") if r["target"] == "service" else None
         lines.append(
             f"| {r['target']} | {r['texts_per_request']} | {r['concurrency']} | "
             f"{r['texts_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
-            f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} |"
+            f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} | "
+            f"{r.get('server_cpu_ms_per_text', '')} | {'' if busy is None else busy} |"
         )
     half = results["half_load"]
     lines += [

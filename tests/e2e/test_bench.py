@@ -40,6 +40,12 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert r["vs_limit"] > 0
     assert all(r["vs_naive"] > 0 for r in runs.values() if r["target"] == "service")
+    for r in runs.values():  # where each run's server CPU went, read from /proc
+        assert r["server_cpu_ms_per_text"] > 0, r
+        served_by = "SentimentModel" if r["target"] == "service" else "NaiveClassifier"
+        assert r["cpu_ms_per_text_by_group"][served_by] > 0, r
+        if r["target"] == "service":
+            assert r["model_replica_busy_cores"] > 0 and r["forward_thread_busy_cores"] > 0, r
     assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
     assert [t["goal"] for t in doc["targets"]] == [0.85, 0.9, 250.0, 3.0]
     assert doc["ingress"] == "haproxy" and doc["ingress_replicas"] >= 1
