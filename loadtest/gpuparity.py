@@ -33,6 +33,7 @@ import torch
 
 from loadtest import corpus
 from loadtest.limit import measure, single_text_ms
+from loadtest.parity import probabilities
 from service.model import SentimentModel
 
 FP32_MAX_DIFF = 1e-3
@@ -48,7 +49,6 @@ def pack(model_path: Path, texts: list[str], labels: list[int], out: Path) -> di
     """Write the pack: FP16 weights, the texts, and the two FP32 CPU references."""
     from safetensors.torch import load_file, save_file
 
-    from loadtest.parity import probabilities
     from service.artifacts import weights_sha256
 
     model_out = out / "model"
@@ -143,8 +143,6 @@ def run_parity(pack_dir: Path, device: str, dtypes: list[str], report: Report, n
     doc = json.loads((pack_dir / "heldout.json").read_text())
     texts, labels = doc["texts"], np.array(doc["labels"])
     refs = {k: np.array(v, dtype=np.float32) for k, v in doc["reference"].items()}
-    from loadtest.parity import probabilities
-
     speed_texts = corpus.load(None, n)
     for dtype in dtypes:
         model = SentimentModel.load(pack_dir / "model", device, dtype, doc["max_length"])
