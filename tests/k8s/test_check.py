@@ -481,6 +481,13 @@ def test_broken_copy_fails_with_the_reason(
     assert any(p.startswith(f"[{tag}]") and words in p for p in new), new
 
 
+def test_a_step_key_no_step_has_is_an_error(schemas: Path) -> None:
+    # A misspelt key, or checkov asked for without its path, would otherwise check nothing.
+    for only in (["wirng"], ["checkov"]):
+        with pytest.raises(ValueError, match="unknown check steps"):
+            run_checks(REPO, schemas, only=only)
+
+
 def test_crd_defaults_fill_required_fields() -> None:
     # The API server fills defaults before validating: a required field with a default may
     # be absent, one without may not.
