@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from loadtest import corpus
 from loadtest.limit import measure, single_text_ms
-from loadtest.parity import probabilities
+from loadtest.parity import compare, differences, probabilities
 from service.model import SentimentModel
 
 FP32_MAX_DIFF = 1e-3
@@ -76,16 +75,6 @@ def pack(model_path: Path, texts: list[str], labels: list[int], out: Path) -> di
     (out / "heldout.json").write_text(json.dumps(doc))
     files = [f for f in out.rglob("*") if f.is_file()]
     return {"texts": len(texts), "bytes": sum(f.stat().st_size for f in files)}
-
-
-def compare(probs: npt.NDArray[np.float32], ref: npt.NDArray[np.float32]) -> dict[str, float]:
-    """How far probabilities are from a reference's."""
-    diff = np.abs(probs - ref)
-    return {
-        "max_abs_diff": float(f"{diff.max():.3g}"),
-        "mean_abs_diff": float(f"{diff.mean():.3g}"),
-        "label_agreement": round(float((probs.argmax(1) == ref.argmax(1)).mean()), 5),
-    }
 
 
 def holds(dtype: str, against: dict[str, float]) -> bool:
@@ -148,12 +137,11 @@ def run_parity(pack_dir: Path, device: str, dtypes: list[str], report: Report, n
         model = SentimentModel.load(pack_dir / "model", device, dtype, doc["max_length"])
         probs = probabilities(model, texts)
         rounded = refs["fp32_cpu_fp16_weights"]
-        original = compare(probs, refs["fp32_cpu_original"])
+        original = compare(probs, refs["fp32_cpu_original"], labels)
         row: dict[str, Any] = {
-            "accuracy": round(float((probs.argmax(1) == labels).mean()), 5),
             **original,
             "holds_parity": holds(dtype, original),
-            "max_abs_diff_vs_fp16_weights_cpu": compare(probs, rounded)["max_abs_diff"],
+            "max_abs_diff_vs_fp16_weights_cpu": differences(probs, rounded)["max_abs_diff"],
             **_speed(model, speed_texts, GPU_BUDGETS if device == "cuda" else [1024]),
         }
         report.add(f"torch {dtype} on {model.device}", row)
@@ -192,7 +180,7 @@ def run_compile(pack_dir: Path, device: str, report: Report, n: int) -> None:
                 first_s = time.perf_counter() - began
                 ref = np.array([list(p.values()) for p in eager], dtype=np.float32)
                 row = {**_speed(model, texts, budgets), "first_call_s": round(first_s, 1)}
-                row.update(compare(np.array([list(p.values()) for p in got], np.float32), ref))
+                row.update(differences(np.array([list(p.values()) for p in got], np.float32), ref))
                 report.add(f"{label}, torch.compile {mode} {dtype}", row)
             del model, module
             if device == "cuda":

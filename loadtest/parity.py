@@ -61,17 +61,22 @@ def probabilities(model: SentimentModel, texts: list[str]) -> npt.NDArray[np.flo
     return out
 
 
-def compare(
-    probs: npt.NDArray[np.float32], ref: npt.NDArray[np.float32], labels: npt.NDArray[np.int64]
-) -> dict[str, float]:
-    """Accuracy, and how far these probabilities are from torch FP32's."""
+def differences(probs: npt.NDArray[np.float32], ref: npt.NDArray[np.float32]) -> dict[str, float]:
+    """How far probabilities are from a reference's, and how often the label is the same."""
     diff = np.abs(probs - ref)
     return {
-        "accuracy": round(float((probs.argmax(1) == labels).mean()), 5),
         "max_abs_diff": float(f"{diff.max():.3g}"),
         "mean_abs_diff": float(f"{diff.mean():.3g}"),
         "label_agreement": round(float((probs.argmax(1) == ref.argmax(1)).mean()), 5),
     }
+
+
+def compare(
+    probs: npt.NDArray[np.float32], ref: npt.NDArray[np.float32], labels: npt.NDArray[np.int64]
+) -> dict[str, float]:
+    """Accuracy, and how far these probabilities are from torch FP32's."""
+    accuracy = round(float((probs.argmax(1) == labels).mean()), 5)
+    return {"accuracy": accuracy, **differences(probs, ref)}
 
 
 def holds(name: str, row: dict[str, float], torch_accuracy: float) -> bool:
