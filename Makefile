@@ -38,7 +38,7 @@ CHAOS_OUT ?= results/chaos
 CHAOS_ARGS ?=
 
 .PHONY: help install serve test test-unit test-integration lint typecheck model model-full default-model model-multilingual \
-	bench bench-overhead loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
+	bench bench-overhead bench-launch loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
 	checkov-tools soak export parity chaos
 
 help:
@@ -49,6 +49,7 @@ help:
 	@echo "make model-multilingual  Chinese + English model (multilingual-e5-small) into $(MULTILINGUAL_DIR)"
 	@echo "make bench      in-process limit vs service vs naive endpoint -> $(BENCH_OUT)"
 	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
+	@echo "make bench-launch    a launch-bound (GPU-like) forward: in a thread vs a forward process"
 	@echo "make loadtest   Locust rehearsal against LOADTEST_HOST (a running service)"
 	@echo "make capacity   step-ramp rehearsal, then replicas needed for a peak"
 	@echo "make probe      peak memory and speed over batch x length; recommends budgets"
@@ -99,6 +100,14 @@ bench: default-model
 
 bench-overhead: default-model
 	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
+
+# The CPU stand-in for a GPU forward (a 12-layer narrow BERT): the GIL convoy, then the two-tier
+# service with forwards in a thread and in a forward process (service/forwardproc.py).
+bench-launch: default-model
+	$(PY) -m loadtest.convoy --model-path $(MODEL_DIR) --out $(BENCH_OUT)-launch/convoy.json
+	for mode in thread process; do SENTIMENT_LAYOUT=two-tier SENTIMENT_FORWARD_IN=$$mode \
+		$(PY) -m loadtest.bench --overhead-only --overhead-layers 12 --model-path $(MODEL_DIR) \
+		--out $(BENCH_OUT)-launch/$$mode $(BENCH_ARGS) || exit 1; done
 
 probe: default-model
 	$(PY) -m service probe --model-path $(MODEL_DIR) $(PROBE_ARGS)

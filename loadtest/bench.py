@@ -184,7 +184,14 @@ def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
     plan = overhead.QUICK if args.quick else overhead.FULL
     print(f"overhead: tiny model, clients {plan.levels}, {plan.seconds} s each ...", flush=True)
     return overhead.run(
-        args.model_path, texts, plan, args.ingress, args.ingress_replicas, args.device, args.dtype
+        args.model_path,
+        texts,
+        plan,
+        args.ingress,
+        args.ingress_replicas,
+        args.device,
+        args.dtype,
+        args.overhead_layers,
     )
 
 
@@ -265,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--overhead-only", action="store_true", help="only the tiny-model overhead run"
+    )
+    parser.add_argument(
+        "--overhead-layers",
+        type=int,
+        default=overhead.LAYERS,
+        help="layers of the overhead model (12: a launch-bound forward, like a GPU's)",
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")

@@ -30,6 +30,9 @@ FORWARD_THREAD = "forward"
 # Only these processes' threads are read: the ones that may run forwards (the ingress does in
 # the co-located layout).
 MODEL_GROUPS = ("SentimentModel", "SentimentIngress")
+# A model replica's child that runs its forwards (service.forwardproc): all of its CPU is
+# forward work, counted in its parent's group.
+FORWARD_PROCESS = "service.forwardproc"
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,8 @@ def snapshot(root: int, proc: Path = PROC) -> Snapshot:
             continue
         group = "haproxy" if is_haproxy(line) else group_of(line)
         forward = _forward_ticks(proc / str(pid) / "task") if group in MODEL_GROUPS else 0
+        if FORWARD_PROCESS in line:
+            group, forward = group_of(cmdline(stat.ppid, proc)), stat.ticks
         samples[(pid, stat.start)] = Sample(pid, group, stat.ticks, forward)
     return Snapshot(samples)
 

@@ -45,8 +45,10 @@ FULL = OverheadPlan([1, 64, 256], 8.0, 2.0, 200_000, 200)
 QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000, 10)
 
 
-def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0) -> Path:
-    """Save a random tiny BERT classifier to `out`, with the tokenizer of `tokenizer_from`."""
+def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0, layers: int = LAYERS) -> Path:
+    """Save a random tiny BERT classifier to `out`, with the tokenizer of `tokenizer_from`.
+    More `layers` make a launch-bound forward: hundreds of tiny ops, each a short stretch
+    without the GIL, the way a GPU forward's Python side looks (a CPU stand-in for it)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -55,7 +57,7 @@ def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0) -> Path:
     config = BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
+        num_hidden_layers=layers,
         num_attention_heads=HEADS,
         intermediate_size=INTERMEDIATE,
         max_position_embeddings=512,
@@ -162,9 +164,10 @@ def run(
     ingress_replicas: int,
     device: str,
     dtype: str,
+    layers: int = LAYERS,
 ) -> dict[str, Any]:
     """Build the tiny model, measure its forward limit, serve it, load it; the JSON section."""
-    tiny = build_tiny_model(tokenizer_from, Path(tempfile.mkdtemp()) / "tiny-overhead")
+    tiny = build_tiny_model(tokenizer_from, Path(tempfile.mkdtemp()) / "tiny-overhead", 0, layers)
     limit = forward_limit(tiny, texts, device, dtype)
     print(f"overhead: tiny model forward-only limit {limit:.0f} texts/s", flush=True)
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
@@ -174,7 +177,7 @@ def run(
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     return {
         "model": {
-            "layers": LAYERS,
+            "layers": layers,
             "hidden": HIDDEN,
             "heads": HEADS,
             "intermediate": INTERMEDIATE,

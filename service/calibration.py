@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from service.forwardproc import ForwardProcess
 from service.model import SentimentModel, round_up
 
 Forward = Callable[[list[list[int]]], object]
@@ -65,7 +66,10 @@ def shapes(max_length: int, micro_batch_tokens: int) -> list[tuple[int, int]]:
 
 
 def calibrate(
-    model: SentimentModel, micro_batch_tokens: int, fit_width: int = 64, repeats: int = 2
+    model: SentimentModel | ForwardProcess,
+    micro_batch_tokens: int,
+    fit_width: int = 64,
+    repeats: int = 2,
 ) -> Calibration:
     """Run every shape once (the warm-up: the first run of a shape pays one-time setup), then
     time again, `repeats` times, the one-row shapes up to `fit_width` tokens and the full

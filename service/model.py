@@ -216,6 +216,16 @@ class SentimentModel:
             raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
         return probs
 
+    def gpu_memory(self) -> tuple[int, int, int]:
+        """Allocated, reserved and peak GPU bytes of this process (zeros on the CPU)."""
+        if self.device.type != "cuda":
+            return (0, 0, 0)
+        return (
+            torch.cuda.memory_allocated(self.device),
+            torch.cuda.memory_reserved(self.device),
+            torch.cuda.max_memory_allocated(self.device),
+        )
+
     def classify(self, texts: list[str]) -> list[dict[str, float]]:
         """Convenience for scripts and tests: texts in, label probabilities out."""
         probs = self.predict([e.ids for e in self.encode(texts)])

@@ -31,9 +31,10 @@ from service.batching import padded_cost, padding_ratio, plan_micro_batches
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.faults import with_faults
+from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.health import Watchdog
 from service.metrics import ModelMetrics
-from service.model import SentimentModel, dtype_name
+from service.model import SentimentModel, dtype_name, resolve_device
 from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings
 
@@ -74,17 +75,13 @@ class ModelCore:
         if s.torch_threads:
             torch.set_num_threads(s.torch_threads)
         self.metrics = ModelMetrics()
-        self.model = SentimentModel.load(
-            s.model_path,
-            s.device,
-            s.dtype,
-            max_length=s.max_seq_len,
-            name=s.model_name,
-            allow_pickle=s.allow_pickle,
-            backend=s.backend,
-            max_rows=max(1, s.batch.micro_batch_tokens // 8),
+        self.model = load_model(s)
+        logger.info(
+            "backend %s (%s), forwards in %s",
+            self.model.backend_name,
+            self.model.backend_reason,
+            "a forward process" if isinstance(self.model, ForwardProcess) else "a thread",
         )
-        logger.info("backend %s (%s)", self.model.backend_name, self.model.backend_reason)
         self.batch = s.batch
         self.batcher: Batcher[Job, Scored] = Batcher(
             self._run,
@@ -147,6 +144,7 @@ class ModelCore:
             "device": str(self.model.device),
             "dtype": dtype_name(self.model.dtype),
             "backend": self.model.backend_name,
+            "forward_in": "process" if isinstance(self.model, ForwardProcess) else "thread",
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
@@ -230,14 +228,44 @@ class ModelCore:
         m, model = self.metrics, self.model
         info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
         info["backend"] = model.backend_name
-        on_gpu = model.device.type == "cuda"
+        memory = (0, 0, 0)
         while not self._stop.wait(self.settings.metrics_refresh_s):
             m.model_info.set(1, tags=info)
             m.queued_texts.set(self.batcher.queued)
-            m.gpu_allocated.set(torch.cuda.memory_allocated(model.device) if on_gpu else 0)
-            m.gpu_reserved.set(torch.cuda.memory_reserved(model.device) if on_gpu else 0)
-            m.gpu_peak.set(torch.cuda.max_memory_allocated(model.device) if on_gpu else 0)
+            with contextlib.suppress(ForwardProcessError):  # gone: the health check says so
+                memory = model.gpu_memory()
+            m.gpu_allocated.set(memory[0])
+            m.gpu_reserved.set(memory[1])
+            m.gpu_peak.set(memory[2])
 
     def __del__(self) -> None:
         if hasattr(self, "_stop"):
             self._stop.set()
+        model = getattr(self, "model", None)
+        if isinstance(model, ForwardProcess):  # else it exits on its own when this process does
+            model.close()
+
+
+def forwards_in_process(settings: Settings) -> bool:
+    """`auto`: a child process on a GPU, a thread on the CPU (see service.forwardproc)."""
+    if settings.forward_in != "auto":
+        return settings.forward_in == "process"
+    return resolve_device(settings.device).type == "cuda"
+
+
+def load_model(settings: Settings) -> SentimentModel | ForwardProcess:
+    """The model, here or in a forward process, as `settings.forward_in` says."""
+    s = settings
+    load: dict[str, Any] = {
+        "path": s.model_path,
+        "device": s.device,
+        "dtype": s.dtype,
+        "max_length": s.max_seq_len,
+        "name": s.model_name,
+        "allow_pickle": s.allow_pickle,
+        "backend": s.backend,
+        "max_rows": max(1, s.batch.micro_batch_tokens // 8),
+    }
+    if forwards_in_process(s):
+        return ForwardProcess(load, s.torch_threads)
+    return SentimentModel.load(**load)

@@ -96,6 +96,12 @@ class Settings(BaseSettings):
         description="Tokens consecutive windows share; None: an eighth of max_seq_len.",
     )
     torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
+    forward_in: Literal["auto", "thread", "process"] = Field(
+        "auto",
+        description="Where forwards run: a thread of the model replica, or a child process "
+        "with a GIL of its own (auto: the process on a GPU, where a forward is launch-bound "
+        "Python that a busy event loop slows down).",
+    )
     warmup: bool = Field(True, description="Run every shape bucket once before /readyz is ready.")
 
     host: str = "127.0.0.1"

@@ -6,6 +6,7 @@ model replica's `batch_texts` histogram.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,17 +29,36 @@ def calls_by_replica(cluster: Cluster, app: str) -> dict[str, float]:
     }
 
 
+def forward_processes(app: str = "tiers") -> list[int]:
+    """Live forward processes started by `app`'s model replica (unit tests start others)."""
+    found = subprocess.run(["pgrep", "-f", "service.forwardproc"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split() if f"ServeReplica:{app}:" in _parent(pid)]
+
+
+def _parent(pid: str) -> str:
+    """The command line of a process's parent ("" once either has ended)."""
+    try:
+        ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        return Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def test_texts_from_several_ingress_replicas_share_one_model_batch(
     cluster: Cluster, tiny_model_dir: Path
 ) -> None:
     # An idle model waits 1 s for company, and each ingress may keep every request's call in
-    # flight at once: all calls of the burst join the first batch.
+    # flight at once: all calls of the burst join the first batch. Forwards run in a forward
+    # process, as on a GPU (the other apps here run them in a thread).
     app = cluster.deploy(
         "tiers",
         batch={"batch_wait_timeout_s": 1.0},
         ingress_replicas=2,
         ingress_calls_in_flight=16,
+        forward_in="process",
     )
+    assert app.ready()["forward_in"] == "process"
+    assert forward_processes(), "no forward process runs"
     bodies: list[object] = [{"text": f"review number {i}, arrived fast"} for i in range(16)]
     responses = burst(app, bodies)
     assert [r.status_code for r in responses] == [200] * 16
@@ -56,6 +76,10 @@ def test_texts_from_several_ingress_replicas_share_one_model_batch(
     for response, probs in zip(responses, expected, strict=True):
         [result] = response.json()["results"]
         assert result["probabilities"] == pytest.approx(probs, abs=1e-5)
+
+    # Shutting the application down ends its forward process too.
+    cluster.remove("tiers")
+    cluster.wait_for(lambda: not forward_processes(), timeout=60)
 
 
 def test_bad_requests_never_reach_the_model_replica(cluster: Cluster) -> None:

@@ -139,6 +139,17 @@ def test_usage_is_the_difference_per_group(tmp_path: Path) -> None:
     assert used.total == pytest.approx(2.48)
 
 
+def test_a_forward_process_is_forward_work_of_its_model_replica(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    _process(tmp_path, 111, 104, ["python", "-m", "service.forwardproc", "7"], 25)
+    snap = cpu.snapshot(BENCH, tmp_path)
+    child = next(s for s in snap.samples.values() if s.pid == 111)
+    assert (child.group, child.ticks, child.forward_ticks) == ("SentimentModel", 25, 25)
+    used = cpu.usage(cpu.Snapshot(), snap, ticks_per_s=100)
+    assert used.forward_by_group["SentimentModel"] == pytest.approx(0.55)  # 30 + 25 ticks
+    assert used.processes["SentimentModel"] == 2
+
+
 def test_a_reused_pid_is_a_new_process(tmp_path: Path) -> None:
     before_dir, after_dir = tmp_path / "a", tmp_path / "b"
     _process(before_dir, BENCH, 1, ["bench"], 1)

@@ -1,0 +1,108 @@
+"""The GIL convoy, measured: a launch-bound forward alone, beside a busy Python thread, and
+in a forward process (service.forwardproc) beside the same thread.
+
+The model is the overhead run's tiny BERT with 12 layers: hundreds of small ops per forward, the
+way a GPU forward looks from Python. The busy thread stands for a model replica's event loop
+under load (the worst case: it never sleeps). `python -m loadtest.convoy`; part of
+`make bench-launch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from loadtest.overhead import build_tiny_model
+from service.forwardproc import ForwardProcess
+from service.model import SentimentModel
+
+LAYERS = 12
+TEXTS = ["a fine product, it arrived on time and works as described"] * 4
+
+
+@contextmanager
+def busy_thread() -> Iterator[None]:
+    """A thread that runs Python without pause until the block ends."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(i * i for i in range(200))
+
+    thread = threading.Thread(target=spin, name="busy")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def median_ms(forward: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls, in ms (after one unmeasured call)."""
+    forward()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def run(tokenizer_from: Path, repeats: int, layers: int = LAYERS) -> dict[str, Any]:
+    """Forward ms, median, for each place the forward runs, alone and beside a busy thread."""
+    torch.set_num_threads(1)
+    tiny = build_tiny_model(tokenizer_from, Path(tempfile.mkdtemp()) / "convoy", 0, layers)
+    here = SentimentModel.load(tiny, device="cpu")
+    rows = [e.ids for e in here.encode(TEXTS)]
+    child = ForwardProcess({"path": tiny, "device": "cpu"}, threads=1)
+    try:
+        rows_out = []
+        for name, model in (("thread", here), ("process", child)):
+            alone = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
+            with busy_thread():
+                beside = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
+            rows_out.append(
+                {
+                    "forward_in": name,
+                    "alone_ms": round(alone, 2),
+                    "beside_busy_ms": round(beside, 2),
+                }
+            )
+            print(
+                f"forward in a {name:7s}: alone {alone:8.2f} ms, beside a busy thread "
+                f"{beside:8.2f} ms",
+                flush=True,
+            )
+    finally:
+        child.close()
+    return {"layers": layers, "texts": len(TEXTS), "repeats": repeats, "rows": rows_out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and write convoy.json."""
+    parser = argparse.ArgumentParser(prog="python -m loadtest.convoy", description=__doc__)
+    parser.add_argument("--model-path", type=Path, default=Path("models/default"))
+    parser.add_argument("--out", type=Path, default=Path("results/convoy.json"))
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args(argv)
+    result = run(args.model_path, args.repeats)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

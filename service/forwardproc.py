@@ -1,0 +1,202 @@
+"""Forwards in a child process of the model replica, where no other Python thread shares the GIL.
+
+A GPU forward is launch-bound Python: hundreds of small ops, each letting go of the GIL for the
+microseconds its launch takes and then waiting to get it back. Beside a busy event loop (Ray's
+calls arriving, the batcher), it waits after nearly every op, for up to Python's 5 ms switch
+interval: a 12-layer narrow BERT (the CPU stand-in for a GPU forward, `make bench-launch`) took
+7-11 ms alone and 2.2 s beside one busy Python thread. In a child process the forward has an
+interpreter to itself; the replica's forward thread sends ids and waits on a socket, letting go
+of the GIL once per forward.
+
+The child loads the model through `SentimentModel.load` and answers requests one at a time; the
+parent's `ForwardProcess` offers what `ModelCore` uses of a `SentimentModel`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from service.model import Encoded, ModelLoadError, SentimentModel, dtype_name
+from service.retry import release_gpu_cache
+
+logger = logging.getLogger("ray.serve")
+
+Rows = Sequence[Sequence[int] | npt.NDArray[np.int32]]
+
+
+class ForwardProcessError(RuntimeError):
+    """The forward process failed a request, or is gone."""
+
+
+class ForwardProcess:
+    """A `SentimentModel` loaded and run in a child process; one request at a time.
+
+    `load` holds `SentimentModel.load`'s keyword arguments; `threads` sets the child's torch
+    intra-op threads. Raises ModelLoadError when the child cannot load the model.
+    """
+
+    def __init__(self, load: dict[str, Any], threads: int | None = None) -> None:
+        mine, theirs = socket.socketpair()
+        # The child imports `service` from where this process found it, installed or not.
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.forwardproc", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env=env,
+        )
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.lock = threading.Lock()  # one request on the wire at a time
+        info = self._call("load", {"load": load, "threads": threads}, load_error=True)
+        self.labels: list[str] = info["labels"]
+        self.name: str = info["name"]
+        self.device = torch.device(info["device"])
+        self.dtype: torch.dtype = getattr(torch, info["dtype"])
+        self.backend_name: str = info["backend"]
+        self.backend_reason: str = info["backend_reason"]
+        self.parameters: int = info["parameters"]
+        self.max_length: int = info["max_length"]
+        from service.encoding import TextEncoder
+
+        self.encoder = TextEncoder.load(Path(load["path"]), self.max_length)
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        """Tokenize here (the tokenizer needs no GPU): the same ids the child's model sees."""
+        packed, truncated = self.encoder.encode(texts)
+        return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
+
+    def predict(self, batch: Rows) -> torch.Tensor:
+        """Probabilities (float32, CPU) for a batch of token-id rows, computed in the child."""
+        probs: npt.NDArray[np.float32] = self._call("predict", list(batch))
+        return torch.from_numpy(probs)
+
+    def gpu_memory(self) -> tuple[int, int, int]:
+        """The child's allocated, reserved and peak GPU bytes (zeros on the CPU)."""
+        if self.device.type != "cuda":
+            return (0, 0, 0)
+        allocated, reserved, peak = self._call("gpu_memory", None)
+        return allocated, reserved, peak
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self.process.pid
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Ask the child to exit; kill it if it does not within `timeout_s`."""
+        if self.process.poll() is None:
+            try:
+                with self.lock:
+                    self.conn.send(("stop", None))
+            except OSError:
+                pass
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.conn.close()
+
+    def _call(self, op: str, arg: Any, load_error: bool = False) -> Any:
+        with self.lock:
+            try:
+                self.conn.send((op, arg))
+                status, value = self.conn.recv()
+            except (EOFError, OSError) as exc:
+                code = self.process.poll()
+                gone = f"the forward process exited (code {code})" if code is not None else exc
+                if load_error:
+                    raise ModelLoadError(f"forward process: {gone}") from None
+                raise ForwardProcessError(f"{op}: {gone}") from None
+        if status == "ok":
+            return value
+        if load_error:
+            raise ModelLoadError(value)
+        raise ForwardProcessError(value)
+
+
+def _info(model: SentimentModel) -> dict[str, Any]:
+    return {
+        "labels": model.labels,
+        "name": model.name,
+        "device": str(model.device),
+        "dtype": dtype_name(model.dtype),
+        "backend": model.backend_name,
+        "backend_reason": model.backend_reason,
+        "parameters": model.parameters,
+        "max_length": model.max_length,
+    }
+
+
+def _exit_with_parent(parent: int) -> None:
+    """The child must not outlive the replica, even in a hung forward: watch the parent."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def serve_forwards(conn: Connection) -> None:
+    """The child's loop: load the model, then answer requests until `stop` or the parent
+    closes the socket."""
+    model: SentimentModel | None = None
+    while True:
+        try:
+            op, arg = conn.recv()
+        except EOFError:
+            return
+        if op == "stop":
+            return
+        try:
+            if op == "load":
+                if arg["threads"]:
+                    torch.set_num_threads(arg["threads"])
+                model = SentimentModel.load(**arg["load"])
+                conn.send(("ok", _info(model)))
+            elif model is None:
+                conn.send(("error", f"{op} before the model loaded"))
+            elif op == "predict":
+                conn.send(("ok", model.predict(arg).numpy()))
+            elif op == "gpu_memory":
+                conn.send(("ok", model.gpu_memory()))
+            else:
+                conn.send(("error", f"unknown request {op!r}"))
+        except Exception as exc:  # the parent decides what a failure means; the child serves on
+            release_gpu_cache()  # an out-of-memory's retries need what it held
+            message = (
+                str(exc) if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
+            )
+            conn.send(("error", message))
+
+
+def main(argv: list[str]) -> int:
+    """`python -m service.forwardproc FD`: serve forwards on an inherited socket."""
+    logging.basicConfig(level=logging.INFO, format="forward process: %(message)s")
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    conn = Connection(int(argv[1]))
+    try:
+        serve_forwards(conn)
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

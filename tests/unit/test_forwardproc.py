@@ -1,0 +1,99 @@
+"""Forwards in a child process (service.forwardproc), on a real tiny BERT loaded from disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from service.forwardproc import ForwardProcess, ForwardProcessError
+from service.model import ModelLoadError, SentimentModel
+from tests.tiny_bert import SAMPLE_TEXT
+
+
+@pytest.fixture(scope="module")
+def child(tiny_model_dir: Path) -> Iterator[ForwardProcess]:
+    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"}, threads=1)
+    yield process
+    process.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; only its parent has not collected it yet.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_child_answers_what_the_model_answers_here(
+    child: ForwardProcess, tiny_model_dir: Path
+) -> None:
+    here = SentimentModel.load(tiny_model_dir, device="cpu")
+    rows = [e.ids for e in here.encode(SAMPLE_TEXT)]
+    assert [e.ids for e in child.encode(SAMPLE_TEXT)] == rows
+    assert torch.allclose(child.predict(rows), here.predict(rows), atol=1e-6)
+    assert (child.labels, child.name, child.backend_name) == (here.labels, here.name, "torch")
+    assert (child.device, child.dtype, child.max_length) == (
+        here.device,
+        here.dtype,
+        here.max_length,
+    )
+    assert child.gpu_memory() == (0, 0, 0)
+    assert child.pid != os.getpid() and _alive(child.pid)
+
+
+def test_a_failed_forward_is_an_error_here_and_the_child_serves_on(
+    child: ForwardProcess,
+) -> None:
+    with pytest.raises(ForwardProcessError, match="ValueError"):
+        child.predict([])  # no rows: the model refuses
+    assert child.predict([[2, 5, 3]]).shape == (1, 2)
+
+
+def test_a_model_the_child_cannot_load_is_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"config\.json"):
+        ForwardProcess({"path": tmp_path, "device": "cpu"})
+
+
+def test_a_dead_child_fails_calls_and_close_collects_it(tiny_model_dir: Path) -> None:
+    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
+    process.process.kill()
+    process.process.wait()
+    with pytest.raises(ForwardProcessError, match="exited"):
+        process.predict([[2, 5, 3]])
+    process.close()
+
+
+def test_close_ends_the_child(tiny_model_dir: Path) -> None:
+    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
+    process.close()
+    assert process.process.returncode == 0
+    assert not _alive(process.pid)
+
+
+def test_the_child_does_not_outlive_its_parent(tiny_model_dir: Path) -> None:
+    """A replica killed without notice (SIGKILL) must not leave its forward process behind."""
+    script = (
+        "import os, sys\n"
+        "from service.forwardproc import ForwardProcess\n"
+        f"p = ForwardProcess({{'path': {str(tiny_model_dir)!r}, 'device': 'cpu'}})\n"
+        "print(p.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert parent.returncode == -9, parent.stderr
+    pid = int(parent.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
