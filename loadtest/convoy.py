@@ -1,10 +1,10 @@
 """The GIL convoy, measured: a launch-bound forward alone, beside a busy Python thread, and
 in a forward process (service.forwardproc) beside the same thread.
 
-The model is the overhead run's tiny BERT with 12 layers: hundreds of small ops per forward, the
-way a GPU forward looks from Python. The busy thread stands for a model replica's event loop
-under load (the worst case: it never sleeps). `python -m loadtest.convoy`; part of
-`make bench-launch`.
+The model is the overhead run's tiny BERT with 12 layers (hundreds of small ops per forward, the
+way a GPU forward looks from Python), or `--model DIR` on `--device` (`make gpu-bench` times
+BERT-base on the GPU). The busy thread stands for a model replica's event loop under load (the
+worst case: it never sleeps). `python -m loadtest.convoy`; part of `make bench-launch`.
 """
 
 from __future__ import annotations
@@ -60,20 +60,20 @@ def median_ms(forward: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def run(tokenizer_from: Path, repeats: int, layers: int = LAYERS) -> dict[str, Any]:
+def run(model_dir: Path, device: str, dtype: str, repeats: int) -> dict[str, Any]:
     """Forward ms, median, for each place the forward runs, alone and beside a busy thread."""
     torch.set_num_threads(1)
-    tiny = build_tiny_model(tokenizer_from, Path(tempfile.mkdtemp()) / "convoy", 0, layers)
-    here = SentimentModel.load(tiny, device="cpu")
+    load = {"path": model_dir, "device": device, "dtype": dtype}
+    here = SentimentModel.load(**load)  # type: ignore[arg-type]
     rows = [e.ids for e in here.encode(TEXTS)]
-    child = ForwardProcess({"path": tiny, "device": "cpu"}, threads=1)
+    child = ForwardProcess(load, threads=1)
+    results = []
     try:
-        rows_out = []
         for name, model in (("thread", here), ("process", child)):
             alone = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
             with busy_thread():
                 beside = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
-            rows_out.append(
+            results.append(
                 {
                     "forward_in": name,
                     "alone_ms": round(alone, 2),
@@ -87,17 +87,32 @@ def run(tokenizer_from: Path, repeats: int, layers: int = LAYERS) -> dict[str, A
             )
     finally:
         child.close()
-    return {"layers": layers, "texts": len(TEXTS), "repeats": repeats, "rows": rows_out}
+    return {
+        "model": str(model_dir.name),
+        "device": str(here.device),
+        "dtype": str(here.dtype).removeprefix("torch."),
+        "texts": len(TEXTS),
+        "repeats": repeats,
+        "rows": results,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure and write convoy.json."""
     parser = argparse.ArgumentParser(prog="python -m loadtest.convoy", description=__doc__)
-    parser.add_argument("--model-path", type=Path, default=Path("models/default"))
+    parser.add_argument(
+        "--model-path", type=Path, default=Path("models/default"), help="the stand-in's tokenizer"
+    )
+    parser.add_argument("--model", type=Path, help="time this model instead of the stand-in")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
     parser.add_argument("--out", type=Path, default=Path("results/convoy.json"))
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args(argv)
-    result = run(args.model_path, args.repeats)
+    model = args.model or build_tiny_model(
+        args.model_path, Path(tempfile.mkdtemp()) / "convoy-stand-in", 0, LAYERS
+    )
+    result = run(model, args.device, args.dtype, args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

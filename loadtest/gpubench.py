@@ -74,9 +74,13 @@ class Run:
 
 
 # The H200 run's bench needed ~240 s before its tiny-model overhead section (~120 s more).
-FULL_BUDGETS = {"prepare": 60.0, "training": 90.0, "probe": 75.0, "bench": 420.0, "parity": 240.0}
+FULL_BUDGETS = {
+    "prepare": 60.0, "training": 90.0, "probe": 75.0, "convoy": 60.0, "bench": 420.0,
+    "parity": 240.0,
+}  # fmt: skip
 SMOKE_BUDGETS = {
-    "prepare": 60.0, "training": 60.0, "probe": 60.0, "bench": 240.0, "parity": 120.0
+    "prepare": 60.0, "training": 60.0, "probe": 60.0, "convoy": 60.0, "bench": 240.0,
+    "parity": 120.0,
 }  # fmt: skip
 # --train-probe: on a GPU the two synthetic sizes, on the CPU one pass over the tiny model.
 TRAIN_PROBE_BUDGETS = {"train-probe-bert-base": 150.0, "train-probe-bert-large": 240.0}
@@ -258,6 +262,13 @@ def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False
         probe += ["--dtype", "float16", "--batch-sizes", "1,8,32,128,256", "--repeats", "5"]
         probe += ["--max-cell-tokens", "65536"]
     run_part(run, "probe", probe, run.out / "probe.json")
+
+    # The GIL convoy on this device: a forward in a thread and in a forward process, each alone
+    # and beside a busy thread (service/forwardproc.py says why it matters).
+    convoy = [py, "-m", "loadtest.convoy", "--model", str(model), "--device", run.device]
+    convoy += ["--dtype", "float32" if run.smoke else "float16"]
+    convoy += ["--out", str(run.out / "convoy.json")] + (["--repeats", "3"] if run.smoke else [])
+    run_part(run, "convoy", convoy, run.out / "convoy.json")
 
     run_part(run, "bench", _bench_cmd(run, py), run.out / "bench" / "bench.json")
     if train_probe:

@@ -8,7 +8,7 @@ from typing import Any
 MULTI_TEXTS_PER_S = 20_000.0  # with 32-text requests
 SINGLE_REQUESTS_PER_S = 8_000.0  # single-text requests
 TRAIN_SAMPLES_PER_S_A100 = 320.0  # published: BERT-base fine-tuning, length 128, one A100
-PARTS = ("bundle", "preflight", "prepare", "training", "probe", "bench", "parity")
+PARTS = ("bundle", "preflight", "prepare", "training", "probe", "convoy", "bench", "parity")
 TRAIN_PROBES = ("train-probe-tiny", "train-probe-bert-base", "train-probe-bert-large")
 
 
@@ -80,6 +80,7 @@ def summarize(parts: dict[str, dict[str, Any]], mode: str) -> dict[str, Any]:
         "training_amp": train.get("amp_dtype"),
         "training_gpu_peak_bytes": train.get("gpu_peak_bytes"),
         "probe_advice": probe.get("advice"),
+        "convoy": parts.get("convoy", {}).get("result", {}).get("rows", []),
         "bench": figures,
         "train_probe": {
             name: parts[name].get("result", {}).get("advice", {}).get("best", [])
@@ -150,6 +151,13 @@ def markdown(doc: dict[str, Any]) -> str:
                 )
             )
     rows += [(f"CPU: {k}", _fmt(v)) for k, v in bench.get("cpu", {}).items()]
+    for r in fig.get("convoy", []):
+        rows.append(
+            (
+                f"one forward in a {r['forward_in']}: ms alone / beside a busy thread",
+                f"{_fmt(r['alone_ms'])} / {_fmt(r['beside_busy_ms'])}",
+            )
+        )
     advice = fig.get("probe_advice") or {}
     if advice:
         rows.append(

@@ -27,14 +27,17 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
     doc = json.loads((out / "summary.json").read_text())
     assert doc["mode"] == "cpu-smoke" and doc["all_ok"] is False
     status = doc["status"]
-    parts = ("prepare", "training", "probe", "train-probe-tiny")
-    assert [status[p] for p in parts] == ["ok", "ok", "ok", "ok"], doc
+    parts = ("prepare", "training", "probe", "convoy", "train-probe-tiny")
+    assert [status[p] for p in parts] == ["ok"] * 5, doc
     assert status["bench"].startswith("skipped") and status["parity"].startswith("skipped")
     assert doc["preflight"]["cuda"] is False and doc["preflight"]["cores"] >= 1
     train = doc["parts"]["training"]["result"]
     assert train["samples_per_s"] > 0 and train["samples"] == 2 * 4
     assert doc["figures"]["training_samples_per_s"] == train["samples_per_s"]
     assert doc["figures"]["probe_advice"]["micro_batch_tokens"] > 0
+    convoy = doc["figures"]["convoy"]
+    assert [r["forward_in"] for r in convoy] == ["thread", "process"]
+    assert all(r["alone_ms"] > 0 and r["beside_busy_ms"] > 0 for r in convoy)
     assert [t["goal"] for t in doc["targets"]] == [20_000.0, 8_000.0, 320.0]
     best = doc["figures"]["train_probe"]["train-probe-tiny"]
     assert [f["length"] for f in best] == [16] and best[0]["batch"] == 2
@@ -42,6 +45,7 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
                  "train-probe-tiny.json"):  # fmt: skip
         assert (out / name).is_file(), name
     table = (out / "summary.md").read_text()
+    assert "one forward in a process: ms alone / beside a busy thread" in table
     assert "| training | ok |" in table and "| bench | skipped" in table
     assert "| training samples/s (published A100 figure) |" in table
     assert "| train-probe-tiny | ok |" in table and "train-probe-tiny, length 16" in table
