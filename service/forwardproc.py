@@ -14,6 +14,7 @@ parent's `ForwardProcess` offers what `ModelCore` uses of a `SentimentModel`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -46,26 +47,18 @@ class ForwardProcess:
     """A `SentimentModel` loaded and run in a child process; one request at a time.
 
     `load` holds `SentimentModel.load`'s keyword arguments; `threads` sets the child's torch
-    intra-op threads. Raises ModelLoadError when the child cannot load the model.
+    intra-op threads. Raises ModelLoadError when the child cannot load the model. A child that
+    dies (killed, or a fatal CUDA error) is started again and the request sent once more, so a
+    lost process costs its forward's time and a model load, not every request until Ray
+    replaces the replica.
     """
 
     def __init__(self, load: dict[str, Any], threads: int | None = None) -> None:
-        mine, theirs = socket.socketpair()
-        # The child imports `service` from where this process found it, installed or not.
-        root = str(Path(__file__).resolve().parent.parent)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.forwardproc", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            env=env,
-        )
-        theirs.close()
-        self.conn = Connection(mine.detach())
+        self.load_args = {"load": load, "threads": threads}
         self.lock = threading.Lock()  # one request on the wire at a time
-        info = self._call("load", {"load": load, "threads": threads}, load_error=True)
+        self.restarts = 0
+        self._start()
+        info = self._call("load", self.load_args, load_error=True)
         self.labels: list[str] = info["labels"]
         self.name: str = info["name"]
         self.device = torch.device(info["device"])
@@ -102,12 +95,26 @@ class ForwardProcess:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Ask the child to exit; kill it if it does not within `timeout_s`."""
+        with self.lock:
+            self._stop(timeout_s)
+
+    def _start(self) -> None:
+        mine, theirs = socket.socketpair()
+        # The child imports `service` from where this process found it, installed or not.
+        root = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.forwardproc", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        theirs.close()
+        self.conn = Connection(mine.detach())
+
+    def _stop(self, timeout_s: float) -> None:
         if self.process.poll() is None:
-            try:
-                with self.lock:
-                    self.conn.send(("stop", None))
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                self.conn.send(("stop", None))
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -115,11 +122,27 @@ class ForwardProcess:
                 self.process.wait()
         self.conn.close()
 
+    def _restart(self) -> None:
+        """A new child in place of a dead one, with the model loaded (the lock is held)."""
+        code = self.process.poll()
+        logger.error("the forward process exited (code %s); starting another", code)
+        self._stop(0.0)
+        self._start()
+        self.restarts += 1
+        status, value = self._exchange("load", self.load_args)
+        if status != "ok":
+            raise ForwardProcessError(f"a new forward process could not load the model: {value}")
+
     def _call(self, op: str, arg: Any, load_error: bool = False) -> Any:
         with self.lock:
             try:
-                self.conn.send((op, arg))
-                status, value = self.conn.recv()
+                try:
+                    status, value = self._exchange(op, arg)
+                except (EOFError, OSError):
+                    if load_error:
+                        raise
+                    self._restart()
+                    status, value = self._exchange(op, arg)
             except (EOFError, OSError) as exc:
                 code = self.process.poll()
                 gone = f"the forward process exited (code {code})" if code is not None else exc
@@ -131,6 +154,11 @@ class ForwardProcess:
         if load_error:
             raise ModelLoadError(value)
         raise ForwardProcessError(value)
+
+    def _exchange(self, op: str, arg: Any) -> tuple[str, Any]:
+        self.conn.send((op, arg))
+        status, value = self.conn.recv()
+        return status, value
 
 
 def _info(model: SentimentModel) -> dict[str, Any]:

@@ -6,6 +6,8 @@ model replica's `batch_texts` histogram.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -76,6 +78,16 @@ def test_texts_from_several_ingress_replicas_share_one_model_batch(
     for response, probs in zip(responses, expected, strict=True):
         [result] = response.json()["results"]
         assert result["probabilities"] == pytest.approx(probs, abs=1e-5)
+
+    # A forward process that dies is replaced, and the forward that found it dead is sent
+    # again: no request fails.
+    [child] = forward_processes()
+    os.kill(child, signal.SIGKILL)
+    again = burst(app, bodies[:4])
+    assert [r.status_code for r in again] == [200] * 4
+    for response, probs in zip(again, expected, strict=False):
+        assert response.json()["results"][0]["probabilities"] == pytest.approx(probs, abs=1e-5)
+    assert forward_processes() and child not in forward_processes()
 
     # Shutting the application down ends its forward process too.
     cluster.remove("tiers")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -63,20 +64,28 @@ def test_a_model_the_child_cannot_load_is_a_load_error(tmp_path: Path) -> None:
         ForwardProcess({"path": tmp_path, "device": "cpu"})
 
 
-def test_a_dead_child_fails_calls_and_close_collects_it(tiny_model_dir: Path) -> None:
+def test_a_dead_child_is_replaced_and_the_request_sent_again(tiny_model_dir: Path) -> None:
     process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
+    first = process.pid
+    before = process.predict([[2, 5, 3]])
     process.process.kill()
-    process.process.wait()
-    with pytest.raises(ForwardProcessError, match="exited"):
+    assert torch.equal(process.predict([[2, 5, 3]]), before)
+    assert process.pid != first and not _alive(first) and process.restarts == 1
+    process.close()  # asks the child to exit, and collects it
+    assert process.process.returncode == 0 and not _alive(process.pid)
+
+
+def test_a_child_that_cannot_load_again_fails_the_request(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    process = ForwardProcess({"path": model, "device": "cpu"})
+    shutil.rmtree(model)  # the weights are gone: a new child cannot load them
+    process.process.kill()
+    with pytest.raises(ForwardProcessError, match="could not load the model"):
         process.predict([[2, 5, 3]])
     process.close()
-
-
-def test_close_ends_the_child(tiny_model_dir: Path) -> None:
-    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
-    process.close()
-    assert process.process.returncode == 0
-    assert not _alive(process.pid)
 
 
 def test_the_child_does_not_outlive_its_parent(tiny_model_dir: Path) -> None:
