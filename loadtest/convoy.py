@@ -49,9 +49,10 @@ def busy_thread() -> Iterator[None]:
         thread.join()
 
 
-def median_ms(forward: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls, in ms (after one unmeasured call)."""
-    forward()
+def median_ms(forward: Callable[[], object], repeats: int, warmup: int = 5) -> float:
+    """Median wall time of `repeats` calls, in ms, after `warmup` unmeasured ones."""
+    for _ in range(warmup):
+        forward()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
