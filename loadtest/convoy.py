@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,10 +22,12 @@ from typing import Any
 import torch
 
 from loadtest.overhead import build_tiny_model
+from loadtest.timing import median_ms
 from service.forwardproc import ForwardProcess
 from service.model import SentimentModel
 
 LAYERS = 12
+WARMUP = 5  # forwards before timing: the first runs of a shape pay one-time setup
 TEXTS = ["a fine product, it arrived on time and works as described"] * 4
 
 
@@ -49,18 +49,6 @@ def busy_thread() -> Iterator[None]:
         thread.join()
 
 
-def median_ms(forward: Callable[[], object], repeats: int, warmup: int = 5) -> float:
-    """Median wall time of `repeats` calls, in ms, after `warmup` unmeasured ones."""
-    for _ in range(warmup):
-        forward()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        forward()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def run(model_dir: Path, device: str, dtype: str, repeats: int) -> dict[str, Any]:
     """Forward ms, median, for each place the forward runs, alone and beside a busy thread."""
     torch.set_num_threads(1)
@@ -71,9 +59,9 @@ def run(model_dir: Path, device: str, dtype: str, repeats: int) -> dict[str, Any
     results = []
     try:
         for name, model in (("thread", here), ("process", child)):
-            alone = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
+            alone = median_ms(lambda m=model: m.predict(rows), repeats, WARMUP)  # type: ignore[misc]
             with busy_thread():
-                beside = median_ms(lambda m=model: m.predict(rows), repeats)  # type: ignore[misc]
+                beside = median_ms(lambda m=model: m.predict(rows), repeats, WARMUP)  # type: ignore[misc]
             results.append(
                 {
                     "forward_in": name,

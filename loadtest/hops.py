@@ -10,8 +10,6 @@ that does nothing (Ray's own cost of one hop between processes), the model repli
 from __future__ import annotations
 
 import json
-import statistics
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from loadtest.timing import median_ms
 from service.encoding import TextEncoder
 
 ECHO_APP = "hops-echo"
@@ -33,14 +32,7 @@ class Echo:
 
 
 def _median_ms(call: Callable[[], object], count: int) -> float:
-    for _ in range(max(1, count // 10)):  # warm: connections, code paths
-        call()
-    times = []
-    for _ in range(count):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return round(statistics.median(times) * 1000, 2)
+    return round(median_ms(call, count, warmup=max(1, count // 10)), 2)
 
 
 def _post(url: str, body: bytes) -> Callable[[], object]:
