@@ -4,7 +4,7 @@ A GPU forward is launch-bound Python: hundreds of small ops, each letting go of 
 microseconds its launch takes and then waiting to get it back. Beside a busy event loop (Ray's
 calls arriving, the batcher), it waits after nearly every op, for up to Python's 5 ms switch
 interval: a 12-layer narrow BERT (the CPU stand-in for a GPU forward, `make bench-launch`) took
-7-11 ms alone and 2.2 s beside one busy Python thread. In a child process the forward has an
+8-11 ms alone and 1.9-2.5 s beside one busy Python thread. In a child process the forward has an
 interpreter to itself; the replica's forward thread sends ids and waits on a socket, letting go
 of the GIL once per forward.
 
@@ -130,7 +130,8 @@ class ForwardProcess:
         self._start()
         self.restarts += 1
         status, value = self._exchange("load", self.load_args)
-        if status != "ok":
+        if status != "ok":  # stopped, so the next request tries a new one again
+            self._stop(5.0)
             raise ForwardProcessError(f"a new forward process could not load the model: {value}")
 
     def _call(self, op: str, arg: Any, load_error: bool = False) -> Any:

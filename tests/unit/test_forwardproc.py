@@ -85,6 +85,8 @@ def test_a_child_that_cannot_load_again_fails_the_request(
     process.process.kill()
     with pytest.raises(ForwardProcessError, match="could not load the model"):
         process.predict([[2, 5, 3]])
+    shutil.copytree(tiny_model_dir, model)  # back: the next request starts one that loads
+    assert process.predict([[2, 5, 3]]).shape == (1, 2) and process.restarts == 2
     process.close()
 
 
