@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from service.model import Encoded, ModelLoadError, SentimentModel, dtype_name
+from service.model import Encoded, ModelLoadError, SentimentModel, dtype_name, encode_texts
 from service.retry import release_gpu_cache
 
 logger = logging.getLogger("ray.serve")
@@ -73,8 +73,7 @@ class ForwardProcess:
 
     def encode(self, texts: list[str]) -> list[Encoded]:
         """Tokenize here (the tokenizer needs no GPU): the same ids the child's model sees."""
-        packed, truncated = self.encoder.encode(texts)
-        return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
+        return encode_texts(self.encoder, texts)
 
     def predict(self, batch: Rows) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows, computed in the child."""

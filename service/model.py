@@ -34,6 +34,13 @@ class Encoded:
     truncated: bool
 
 
+def encode_texts(encoder: TextEncoder, texts: list[str]) -> list[Encoded]:
+    """Each text's token ids (special tokens included, cut at the encoder's `max_length`) in
+    one tokenizer call, and whether it was cut."""
+    packed, truncated = encoder.encode(texts)
+    return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
+
+
 def resolve_device(device: str) -> torch.device:
     """`auto` means the first GPU when there is one, else the CPU."""
     if device == "auto":
@@ -199,8 +206,7 @@ class SentimentModel:
 
     def encode(self, texts: list[str]) -> list[Encoded]:
         """Tokenize texts (with special tokens) in one call, cutting each at `max_length`."""
-        packed, truncated = self.encoder.encode(texts)
-        return [Encoded(packed.row(i).tolist(), truncated[i]) for i in range(len(texts))]
+        return encode_texts(self.encoder, texts)
 
     def predict(self, batch: Sequence[Sequence[int] | npt.NDArray[np.int32]]) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows (lists or arrays), padded
