@@ -43,18 +43,34 @@ class ForwardProcessError(RuntimeError):
     """The forward process failed a request, or is gone."""
 
 
+class ForwardProcessCrashed(ForwardProcessError):
+    """The forward process died while computing this batch (a new one has started)."""
+
+    reason = "crash"  # service.retry runs the batch's texts one by one, to find the culprit
+
+
 class ForwardProcess:
     """A `SentimentModel` loaded and run in a child process; one request at a time.
 
     `load` holds `SentimentModel.load`'s keyword arguments; `threads` sets the child's torch
-    intra-op threads. Raises ModelLoadError when the child cannot load the model. A child that
-    dies (killed, or a fatal CUDA error) is started again and the request sent once more, so a
-    lost process costs its forward's time and a model load, not every request until Ray
-    replaces the replica.
+    intra-op threads; `crash_min_tokens` (fault injection, tests and drills) makes the child
+    exit on any forward holding a text that long. Raises ModelLoadError when the child cannot
+    load the model.
+
+    A child that died between requests (killed) is replaced before the next one. A child that
+    dies while computing a batch (a fatal CUDA error, or an input that kills it) is replaced
+    too; a lone text is sent once more, but a batch of several fails with
+    ForwardProcessCrashed rather than being resent whole, so that one poisonous text costs a
+    few model loads, not one per retry of every batch that holds it.
     """
 
-    def __init__(self, load: dict[str, Any], threads: int | None = None) -> None:
-        self.load_args = {"load": load, "threads": threads}
+    def __init__(
+        self,
+        load: dict[str, Any],
+        threads: int | None = None,
+        crash_min_tokens: int | None = None,
+    ) -> None:
+        self.load_args = {"load": load, "threads": threads, "crash_min_tokens": crash_min_tokens}
         self.lock = threading.Lock()  # one request on the wire at a time
         self.restarts = 0
         self._start()
@@ -77,7 +93,7 @@ class ForwardProcess:
 
     def predict(self, batch: Rows) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows, computed in the child."""
-        probs: npt.NDArray[np.float32] = self._call("predict", list(batch))
+        probs: npt.NDArray[np.float32] = self._call("predict", list(batch), resend=len(batch) == 1)
         return torch.from_numpy(probs)
 
     def gpu_memory(self) -> tuple[int, int, int]:
@@ -123,9 +139,10 @@ class ForwardProcess:
 
     def _restart(self) -> None:
         """A new child in place of a dead one, with the model loaded (the lock is held)."""
-        code = self.process.poll()
-        logger.error("the forward process exited (code %s); starting another", code)
         self._stop(0.0)
+        logger.error(
+            "the forward process exited (code %s); starting another", self.process.returncode
+        )
         self._start()
         self.restarts += 1
         status, value = self._exchange("load", self.load_args)
@@ -133,27 +150,33 @@ class ForwardProcess:
             self._stop(5.0)
             raise ForwardProcessError(f"a new forward process could not load the model: {value}")
 
-    def _call(self, op: str, arg: Any, load_error: bool = False) -> Any:
+    def _call(self, op: str, arg: Any, load_error: bool = False, resend: bool = True) -> Any:
         with self.lock:
-            try:
+            if not load_error and self.process.poll() is not None:
+                self._restart()  # died between requests: not this request's doing
+            for attempt in (1, 2):
                 try:
                     status, value = self._exchange(op, arg)
-                except (EOFError, OSError):
+                    break
+                except (EOFError, OSError) as exc:
+                    code = self._wait_exit()
+                    gone = f"the forward process exited (code {code})" if code is not None else exc
                     if load_error:
-                        raise
+                        raise ModelLoadError(f"forward process: {gone}") from None
                     self._restart()
-                    status, value = self._exchange(op, arg)
-            except (EOFError, OSError) as exc:
-                code = self.process.poll()
-                gone = f"the forward process exited (code {code})" if code is not None else exc
-                if load_error:
-                    raise ModelLoadError(f"forward process: {gone}") from None
-                raise ForwardProcessError(f"{op}: {gone}") from None
+                    if attempt == 2 or not resend:
+                        raise ForwardProcessCrashed(f"{op}: {gone}") from None
         if status == "ok":
             return value
         if load_error:
             raise ModelLoadError(value)
         raise ForwardProcessError(value)
+
+    def _wait_exit(self, timeout_s: float = 1.0) -> int | None:
+        """The exit code of a child whose socket just closed (it may take a moment to go)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout_s)
+        return self.process.poll()
 
     def _exchange(self, op: str, arg: Any) -> tuple[str, Any]:
         self.conn.send((op, arg))
@@ -185,6 +208,7 @@ def serve_forwards(conn: Connection) -> None:
     """The child's loop: load the model, then answer requests until `stop` or the parent
     closes the socket."""
     model: SentimentModel | None = None
+    crash_min_tokens: int | None = None
     while True:
         try:
             op, arg = conn.recv()
@@ -197,10 +221,13 @@ def serve_forwards(conn: Connection) -> None:
                 if arg["threads"]:
                     torch.set_num_threads(arg["threads"])
                 model = SentimentModel.load(**arg["load"])
+                crash_min_tokens = arg["crash_min_tokens"]
                 conn.send(("ok", _info(model)))
             elif model is None:
                 conn.send(("error", f"{op} before the model loaded"))
             elif op == "predict":
+                if crash_min_tokens and max(map(len, arg), default=0) >= crash_min_tokens:
+                    os._exit(70)  # injected: dies as a fatal CUDA error or a segfault would
                 conn.send(("ok", model.predict(arg).numpy()))
             elif op == "gpu_memory":
                 conn.send(("ok", model.gpu_memory()))

@@ -101,8 +101,8 @@ class ModelMetrics:
         )
         self.forward_failures = Counter(
             PREFIX + "forward_failures",
-            description="Forward attempts that raised, by reason (oom, error); each is retried "
-            "in halves down to single texts.",
+            description="Forward attempts that raised, by reason (oom, error, crash: the "
+            "forward process died); each is retried in halves (a crash: text by text).",
             tag_keys=("reason",),
         )
         self.queued_texts = Gauge(

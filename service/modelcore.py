@@ -267,5 +267,7 @@ def load_model(settings: Settings) -> SentimentModel | ForwardProcess:
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
     if forwards_in_process(s):
-        return ForwardProcess(load, s.torch_threads)
+        return ForwardProcess(load, s.torch_threads, s.fault_crash_min_tokens)
+    if s.fault_crash_min_tokens is not None:  # it would kill the replica itself
+        raise ValueError("fault_crash_min_tokens needs forwards in a process (forward_in=process)")
     return SentimentModel.load(**load)

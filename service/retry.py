@@ -3,7 +3,9 @@
 A forward that raises (a CUDA out-of-memory on a long batch, a kernel error on one odd input)
 is split in halves and each half retried, down to single texts; only a text that fails alone
 is marked FAILED, and its request alone gets a 500. After an out-of-memory the CUDA cache is
-released, so the smaller retries find the memory the failed forward held.
+released, so the smaller retries find the memory the failed forward held. A forward that
+killed its forward process (reason `crash`) is retried text by text at once: halving would
+kill a process, and pay a model load, at every level on the way down to the culprit.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ Forward = Callable[[Rows], tuple[Probs, float]]  # rows -> (probabilities, secon
 
 
 def failure_reason(exc: BaseException) -> str:
-    """A short, bounded label for a forward failure: `oom` or `error`."""
+    """A short, bounded label for a forward failure: `oom`, `crash` or `error`."""
+    if getattr(exc, "reason", None) == "crash":  # service.forwardproc.ForwardProcessCrashed
+        return "crash"
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return "oom"
     text = str(exc)
@@ -71,6 +75,10 @@ class SplittingForward:
                 logger.warning("a forward of one text failed (%s)", reason, exc_info=exc)
                 status[start] = FAILED
                 return 0.0
+            if reason == "crash":
+                return sum(
+                    self._run(rows[i : i + 1], start + i, probs, status) for i in range(len(rows))
+                )
             half = len(rows) // 2
             return self._run(rows[:half], start, probs, status) + self._run(
                 rows[half:], start + half, probs, status

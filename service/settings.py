@@ -193,6 +193,12 @@ class Settings(BaseSettings):
     fault_slow_forward_s: float | None = Field(
         None, gt=0.0, le=60.0, description="Testing only: every forward takes this much longer."
     )
+    fault_crash_min_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Testing only: the forward process exits on every forward with a text this "
+        "long (tokens); needs forward_in=process.",
+    )
 
     batch: BatchConfig = Field(default_factory=BatchConfig)
 

@@ -10,11 +10,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from service.encoding import FAILED, OK
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.model import ModelLoadError, SentimentModel
+from service.retry import SplittingForward
 from tests.tiny_bert import SAMPLE_TEXT
 
 
@@ -108,3 +111,32 @@ def test_the_child_does_not_outlive_its_parent(tiny_model_dir: Path) -> None:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pid)
+
+
+def test_a_text_that_kills_the_child_fails_alone_and_costs_few_loads(
+    tiny_model_dir: Path,
+) -> None:
+    """A batch whose forward kills the process (a fatal CUDA error, a segfault on one odd
+    input) is retried text by text: the culprit alone fails; the others are answered."""
+    here = SentimentModel.load(tiny_model_dir, device="cpu")
+    rows = [e.ids for e in here.encode(SAMPLE_TEXT)]
+    poison = max(range(len(rows)), key=lambda i: len(rows[i]))
+    assert sum(len(r) >= len(rows[poison]) for r in rows) == 1  # one text is the longest
+    process = ForwardProcess(
+        {"path": tiny_model_dir, "device": "cpu"}, threads=1, crash_min_tokens=len(rows[poison])
+    )
+    failures: list[str] = []
+    split = SplittingForward(
+        lambda batch: (process.predict(batch).numpy(), 0.0), len(here.labels), failures.append
+    )
+    probs, status, _ = split([np.asarray(r, dtype=np.int32) for r in rows])
+    expected = [FAILED if i == poison else OK for i in range(len(rows))]
+    assert status.tolist() == expected
+    good = [i for i in range(len(rows)) if i != poison]
+    want = here.predict([rows[i] for i in good]).numpy()
+    assert np.allclose(probs[good], want, atol=1e-6)
+    # The batch once, then the culprit alone twice (a lone text is sent again once): three
+    # deaths and three new processes, whatever the batch size; halving would pay at each level.
+    assert failures == ["crash", "crash"] and process.restarts == 3
+    assert process.predict([rows[good[0]]]).shape == (1, 2)  # the new child serves on
+    process.close()
