@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # far bigger forwards than a CPU's: the H200 run's limit rose 3.6x from 4096 to 65536.
     budgets = GPU_BUDGETS if gpus and not args.quick else plan.budgets
     print(f"limit: in-process, {len(texts)} texts, budgets {budgets} ...", flush=True)
-    from loadtest.limit import measure, single_text_ms
+    from loadtest.limit import at_a_time, measure, single_text_ms
 
     # The limit and the service run the same backend: the service's Settings read it here.
     os.environ["SENTIMENT_BACKEND"] = args.backend
@@ -137,6 +137,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model_path, device=args.device, dtype=args.dtype, backend=args.backend
     )
     limit = measure(model, texts, budgets)
+    budget = args.micro_batch_tokens or limit.micro_batch_tokens
+    in_flight = max(plan.singles)
+    grouped = at_a_time(model, texts, in_flight, budget)
     single_ms = single_text_ms(model, texts)
     on_gpu = model.device.type == "cuda"
     limit_peak = torch.cuda.max_memory_allocated(model.device) if on_gpu else 0
@@ -151,9 +154,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     del model
     if on_gpu:
         torch.cuda.empty_cache()
-    print(f"limit: {limit.texts_per_s:.1f} texts/s (micro-batch {limit.micro_batch_tokens})")
+    print(
+        f"limit: {limit.texts_per_s:.1f} texts/s (micro-batch {limit.micro_batch_tokens}); "
+        f"{grouped:.1f} with {in_flight} texts known at a time"
+    )
 
-    budget = args.micro_batch_tokens or limit.micro_batch_tokens
     service_runs, naive_runs, half = asyncio.run(
         _serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
     )
@@ -167,6 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **asdict(limit),
             "gpu_peak_bytes": limit_peak,
             "single_text_p50_ms": round(single_ms, 2),
+            "at_a_time": {"texts": in_flight, "texts_per_s": round(grouped, 1)},
         },
         "runs": service_runs + naive_runs,
         "half_load": half,

@@ -122,6 +122,34 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
+    """The limit when only as many texts are known as single-text clients keep in flight, and
+    the service's share of it: serving cost apart from what batching fewer texts costs."""
+    grouped = results["limit"].get("at_a_time")  # absent from runs saved before it existed
+    if not grouped:
+        return []
+    n, rate = grouped["texts"], grouped["texts_per_s"]
+    run = next(
+        (
+            r
+            for r in results["runs"]
+            if r["target"] == "service" and r["texts_per_request"] == 1 and r["concurrency"] == n
+        ),
+        None,
+    )
+    share = (
+        f"; the service at {n} single-text clients reached {run['texts_per_s'] / rate:.2f} of it"
+        if run
+        else ""
+    )
+    ratio = rate / results["limit"]["texts_per_s"]
+    return [
+        f"With only {n} texts known at a time, in arrival order (what the batcher holds at {n} "
+        f"single-text clients), the same model computes {rate:.1f} texts/s ({ratio:.2f} of the "
+        f"limit){share}."
+    ]
+
+
 def _model_lines(results: dict[str, Any]) -> list[str]:
     model, limit = results["model"], results["limit"]
     lines = [
@@ -131,6 +159,7 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
         f"Limit (in-process, all texts sorted): **{limit['texts_per_s']:.1f} texts/s** at "
         f"micro-batch budget {limit['micro_batch_tokens']} tokens; the service ran with "
         f"budget {results['service_micro_batch_tokens']}.",
+        *_at_a_time_lines(results),
         "",
         "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
         "| vs limit | vs naive | server CPU ms/text | model replica cores busy |",

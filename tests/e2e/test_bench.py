@@ -29,6 +29,9 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     doc = json.loads((out / "bench.json").read_text())
     assert doc["layout"] == "two-tier"
     assert doc["limit"]["texts_per_s"] > 0
+    # The limit with only as many texts known as the top single-text level keeps in flight.
+    grouped = doc["limit"]["at_a_time"]
+    assert grouped["texts"] == max(doc["plan"]["singles"]) and grouped["texts_per_s"] > 0
     runs = {(r["target"], r["texts_per_request"], r["concurrency"]): r for r in doc["runs"]}
     plan = doc["plan"]
     kinds = ((1, plan["singles"]), (plan["multi_size"], plan["multis"]))
@@ -53,6 +56,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     assert table.count("| service |") == len(runs) // 2
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "limit:" in proc.stdout and "half load:" in proc.stdout
+    assert f"With only {grouped['texts']} texts known at a time" in table
     _check_overhead(doc["overhead"], table)
     assert "overhead c=256" in proc.stdout
 
