@@ -53,24 +53,16 @@ class ForwardProcess:
     """A `SentimentModel` loaded and run in a child process; one request at a time.
 
     `load` holds `SentimentModel.load`'s keyword arguments; `threads` sets the child's torch
-    intra-op threads; `crash_min_tokens` (fault injection, tests and drills) makes the child
-    exit on any forward holding a text that long. Raises ModelLoadError when the child cannot
-    load the model.
+    intra-op threads. Raises ModelLoadError when the child cannot load the model.
 
     A child that died between requests (killed) is replaced before the next one. A child that
-    dies while computing a batch (a fatal CUDA error, or an input that kills it) is replaced
-    too; a lone text is sent once more, but a batch of several fails with
-    ForwardProcessCrashed rather than being resent whole, so that one poisonous text costs a
-    few model loads, not one per retry of every batch that holds it.
+    dies while computing a batch (a fatal error, or an input that kills it) is replaced too,
+    and the batch fails with ForwardProcessCrashed instead of being sent again: it may hold
+    the input that killed it, and every resend would cost another model load.
     """
 
-    def __init__(
-        self,
-        load: dict[str, Any],
-        threads: int | None = None,
-        crash_min_tokens: int | None = None,
-    ) -> None:
-        self.load_args = {"load": load, "threads": threads, "crash_min_tokens": crash_min_tokens}
+    def __init__(self, load: dict[str, Any], threads: int | None = None) -> None:
+        self.load_args = {"load": load, "threads": threads, "crash_min_tokens": None}
         self.lock = threading.Lock()  # one request on the wire at a time
         self.restarts = 0
         self._start()
@@ -93,8 +85,14 @@ class ForwardProcess:
 
     def predict(self, batch: Rows) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows, computed in the child."""
-        probs: npt.NDArray[np.float32] = self._call("predict", list(batch), resend=len(batch) == 1)
+        probs: npt.NDArray[np.float32] = self._call("predict", list(batch))
         return torch.from_numpy(probs)
+
+    def inject_crash(self, min_tokens: int) -> None:
+        """Fault injection (tests and drills): from now on the child, and every child started
+        after it, exits on any forward holding a text of at least `min_tokens` tokens."""
+        self.load_args["crash_min_tokens"] = min_tokens
+        self._call("fault", min_tokens)
 
     def gpu_memory(self) -> tuple[int, int, int]:
         """The child's allocated, reserved and peak GPU bytes (zeros on the CPU)."""
@@ -150,22 +148,19 @@ class ForwardProcess:
             self._stop(5.0)
             raise ForwardProcessError(f"a new forward process could not load the model: {value}")
 
-    def _call(self, op: str, arg: Any, load_error: bool = False, resend: bool = True) -> Any:
+    def _call(self, op: str, arg: Any, load_error: bool = False) -> Any:
         with self.lock:
             if not load_error and self.process.poll() is not None:
                 self._restart()  # died between requests: not this request's doing
-            for attempt in (1, 2):
-                try:
-                    status, value = self._exchange(op, arg)
-                    break
-                except (EOFError, OSError) as exc:
-                    code = self._wait_exit()
-                    gone = f"the forward process exited (code {code})" if code is not None else exc
-                    if load_error:
-                        raise ModelLoadError(f"forward process: {gone}") from None
-                    self._restart()
-                    if attempt == 2 or not resend:
-                        raise ForwardProcessCrashed(f"{op}: {gone}") from None
+            try:
+                status, value = self._exchange(op, arg)
+            except (EOFError, OSError) as exc:
+                code = self._wait_exit()
+                gone = f"the forward process exited (code {code})" if code is not None else exc
+                if load_error:
+                    raise ModelLoadError(f"forward process: {gone}") from None
+                self._restart()
+                raise ForwardProcessCrashed(f"{op}: {gone}") from None
         if status == "ok":
             return value
         if load_error:
@@ -231,6 +226,9 @@ def serve_forwards(conn: Connection) -> None:
                 conn.send(("ok", model.predict(arg).numpy()))
             elif op == "gpu_memory":
                 conn.send(("ok", model.gpu_memory()))
+            elif op == "fault":
+                crash_min_tokens = arg
+                conn.send(("ok", None))
             else:
                 conn.send(("error", f"unknown request {op!r}"))
         except Exception as exc:  # the parent decides what a failure means; the child serves on

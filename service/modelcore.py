@@ -117,6 +117,10 @@ class ModelCore:
         )
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
+        if s.fault_crash_min_tokens is not None:  # after the warm-up, as the other faults
+            if not isinstance(self.model, ForwardProcess):  # it would kill this replica
+                raise ValueError("fault_crash_min_tokens needs forward_in=process")
+            self.model.inject_crash(s.fault_crash_min_tokens)
         # Ray forgets a gauge that is not set again within two export intervals, so a daemon
         # thread keeps re-publishing them (and samples GPU memory between batches).
         self._stop = threading.Event()
@@ -267,7 +271,5 @@ def load_model(settings: Settings) -> SentimentModel | ForwardProcess:
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
     if forwards_in_process(s):
-        return ForwardProcess(load, s.torch_threads, s.fault_crash_min_tokens)
-    if s.fault_crash_min_tokens is not None:  # it would kill the replica itself
-        raise ValueError("fault_crash_min_tokens needs forwards in a process (forward_in=process)")
+        return ForwardProcess(load, s.torch_threads)
     return SentimentModel.load(**load)

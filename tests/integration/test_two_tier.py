@@ -79,8 +79,7 @@ def test_texts_from_several_ingress_replicas_share_one_model_batch(
         [result] = response.json()["results"]
         assert result["probabilities"] == pytest.approx(probs, abs=1e-5)
 
-    # A forward process that dies is replaced, and the forward that found it dead is sent
-    # again: no request fails.
+    # A forward process killed between forwards is replaced before the next: no request fails.
     [child] = forward_processes()
     os.kill(child, signal.SIGKILL)
     again = burst(app, bodies[:4])

@@ -67,11 +67,14 @@ def test_a_model_the_child_cannot_load_is_a_load_error(tmp_path: Path) -> None:
         ForwardProcess({"path": tmp_path, "device": "cpu"})
 
 
-def test_a_dead_child_is_replaced_and_the_request_sent_again(tiny_model_dir: Path) -> None:
+def test_a_child_killed_between_requests_is_replaced_before_the_next(
+    tiny_model_dir: Path,
+) -> None:
     process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
     first = process.pid
     before = process.predict([[2, 5, 3]])
     process.process.kill()
+    process.process.wait()
     assert torch.equal(process.predict([[2, 5, 3]]), before)
     assert process.pid != first and not _alive(first) and process.restarts == 1
     process.close()  # asks the child to exit, and collects it
@@ -86,6 +89,7 @@ def test_a_child_that_cannot_load_again_fails_the_request(
     process = ForwardProcess({"path": model, "device": "cpu"})
     shutil.rmtree(model)  # the weights are gone: a new child cannot load them
     process.process.kill()
+    process.process.wait()
     with pytest.raises(ForwardProcessError, match="could not load the model"):
         process.predict([[2, 5, 3]])
     shutil.copytree(tiny_model_dir, model)  # back: the next request starts one that loads
@@ -122,9 +126,8 @@ def test_a_text_that_kills_the_child_fails_alone_and_costs_few_loads(
     rows = [e.ids for e in here.encode(SAMPLE_TEXT)]
     poison = max(range(len(rows)), key=lambda i: len(rows[i]))
     assert sum(len(r) >= len(rows[poison]) for r in rows) == 1  # one text is the longest
-    process = ForwardProcess(
-        {"path": tiny_model_dir, "device": "cpu"}, threads=1, crash_min_tokens=len(rows[poison])
-    )
+    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"}, threads=1)
+    process.inject_crash(len(rows[poison]))
     failures: list[str] = []
     split = SplittingForward(
         lambda batch: (process.predict(batch).numpy(), 0.0), len(here.labels), failures.append
@@ -135,8 +138,8 @@ def test_a_text_that_kills_the_child_fails_alone_and_costs_few_loads(
     good = [i for i in range(len(rows)) if i != poison]
     want = here.predict([rows[i] for i in good]).numpy()
     assert np.allclose(probs[good], want, atol=1e-6)
-    # The batch once, then the culprit alone twice (a lone text is sent again once): three
-    # deaths and three new processes, whatever the batch size; halving would pay at each level.
-    assert failures == ["crash", "crash"] and process.restarts == 3
+    # The batch, then the culprit alone: two deaths and two new processes whatever the batch
+    # size, where halving (and resending) would pay at every level down to the culprit.
+    assert failures == ["crash", "crash"] and process.restarts == 2
     assert process.predict([rows[good[0]]]).shape == (1, 2)  # the new child serves on
     process.close()
