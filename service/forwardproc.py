@@ -32,7 +32,7 @@ import numpy.typing as npt
 import torch
 
 from service.model import Encoded, ModelLoadError, SentimentModel, dtype_name, encode_texts
-from service.retry import release_gpu_cache
+from service.retry import fatal_device_error, release_gpu_cache
 
 logger = logging.getLogger("ray.serve")
 
@@ -232,6 +232,9 @@ def serve_forwards(conn: Connection) -> None:
             else:
                 conn.send(("error", f"unknown request {op!r}"))
         except Exception as exc:  # the parent decides what a failure means; the child serves on
+            if fatal_device_error(exc):  # unless its CUDA context is lost: a new child recovers
+                logger.error("exiting after a fatal device error: %s", exc)
+                os._exit(71)  # no answer: the parent starts another, as after any crash
             release_gpu_cache()  # an out-of-memory's retries need what it held
             message = (
                 str(exc) if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"

@@ -38,6 +38,15 @@ def failure_reason(exc: BaseException) -> str:
     return "error"
 
 
+def fatal_device_error(exc: BaseException) -> bool:
+    """An error after which the process's CUDA context serves only errors (an illegal memory
+    access, a device-side assert): only a new process recovers. Out-of-memory is not one."""
+    if failure_reason(exc) == "oom":
+        return False
+    text = str(exc)  # ONNX Runtime's CUDA provider reports "CUDA failure <code>: ..."
+    return isinstance(exc, torch.AcceleratorError) or "CUDA error" in text or "CUDA failure" in text
+
+
 def release_gpu_cache() -> None:
     """Give cached blocks back to the driver, so the retries (and other processes) can use
     the memory the failed forward held."""

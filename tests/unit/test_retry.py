@@ -10,7 +10,8 @@ from service import faults
 from service.encoding import EXPIRED, FAILED, OK, status_error
 from service.errors import DeadlineExceeded, InternalError
 from service.faults import InjectedFault, with_faults
-from service.retry import Rows, SplittingForward, failure_reason
+from service.forwardproc import ForwardProcessCrashed
+from service.retry import Rows, SplittingForward, failure_reason, fatal_device_error
 
 
 def rows(*values: int) -> Rows:
@@ -66,6 +67,19 @@ def test_failure_reasons_are_few() -> None:
     assert failure_reason(torch.cuda.OutOfMemoryError("x")) == "oom"
     assert failure_reason(RuntimeError("DefaultCPUAllocator: can't allocate memory")) == "oom"
     assert failure_reason(ValueError("some secret detail")) == "error"
+    assert failure_reason(ForwardProcessCrashed("predict: exited (code -11)")) == "crash"
+
+
+def test_only_errors_that_leave_the_cuda_context_broken_are_fatal() -> None:
+    illegal = "CUDA error: an illegal memory access was encountered"
+    assert fatal_device_error(torch.AcceleratorError(illegal))
+    assert fatal_device_error(
+        RuntimeError(f"[ONNXRuntimeError] : 1 : FAIL : CUDA failure 700: {illegal}")
+    )
+    assert not fatal_device_error(
+        torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate")
+    )
+    assert not fatal_device_error(ValueError("shapes do not match"))
 
 
 def test_status_errors_map_failed_to_500_and_expired_to_504() -> None:
