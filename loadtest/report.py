@@ -125,8 +125,8 @@ def markdown(results: dict[str, Any]) -> str:
 def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
     """The limit when only as many texts are known as single-text clients keep in flight: is a
     shortfall at that level batching fewer texts, or serving cost?"""
-    grouped = results["limit"].get("at_a_time")  # absent from runs saved before it existed
-    if not grouped:
+    grouped = results["limit"].get("at_a_time")
+    if not grouped or "all_sorted_texts_per_s" not in grouped:  # runs saved before it existed
         return []
     n, rate, full = grouped["texts"], grouped["texts_per_s"], grouped["all_sorted_texts_per_s"]
     return [
