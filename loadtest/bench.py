@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     limit = measure(model, texts, budgets)
     budget = args.micro_batch_tokens or limit.micro_batch_tokens
     in_flight = max(plan.singles)
-    grouped = at_a_time(model, texts, in_flight, budget)
+    grouped = at_a_time(model, texts, in_flight, budget, limit.overhead_tokens)
     single_ms = single_text_ms(model, texts)
     on_gpu = model.device.type == "cuda"
     limit_peak = torch.cuda.max_memory_allocated(model.device) if on_gpu else 0

@@ -19,15 +19,25 @@ class Limit:
     texts_per_s: float
     micro_batch_tokens: int
     by_budget: dict[int, float]
+    overhead_tokens: int  # the forward's fixed cost the planner was given
 
 
-def run_once(model: SentimentModel, texts: list[str], budget: int, overhead: int) -> float:
-    """Texts/s to tokenize all texts, sort by length, and forward under `budget` (planned with
-    `overhead`, the forward's fixed cost in tokens, as the service plans)."""
+def run_once(
+    model: SentimentModel,
+    texts: list[str],
+    budget: int,
+    overhead: int,
+    known: int | None = None,
+) -> float:
+    """Texts/s to tokenize the texts, sort by length, and forward under `budget` (planned with
+    `overhead`, the forward's fixed cost in tokens, as the service plans): all at once, or
+    `known` at a time in the order given."""
     t0 = time.perf_counter()
-    ids = [e.ids for e in model.encode(texts)]
-    for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
-        model.predict([ids[i] for i in group])
+    step = known or len(texts)
+    for start in range(0, len(texts), step):
+        ids = [e.ids for e in model.encode(texts[start : start + step])]
+        for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
+            model.predict([ids[i] for i in group])
     return len(texts) / (time.perf_counter() - t0)
 
 
@@ -41,7 +51,7 @@ def measure(model: SentimentModel, texts: list[str], budgets: list[int], repeats
         b: max(run_once(model, texts, b, overhead) for _ in range(repeats)) for b in budgets
     }
     best = max(by_budget, key=by_budget.__getitem__)
-    return Limit(by_budget[best], best, by_budget)
+    return Limit(by_budget[best], best, by_budget, overhead)
 
 
 @dataclass(frozen=True)
@@ -60,29 +70,23 @@ class AtATime:
 
 
 def at_a_time(
-    model: SentimentModel, texts: list[str], group: int, budget: int, rounds: int = 3
+    model: SentimentModel,
+    texts: list[str],
+    known: int,
+    budget: int,
+    overhead: int,
+    rounds: int = 3,
 ) -> AtATime:
-    """Best texts/s when only `group` texts are known at a time, in arrival (random) order:
-    what the batcher can sort and cut at `group` single-text clients, which is all a server
-    with `group` texts in flight can do. Rounds alternate with the full limit's run."""
-    measured = calibrate(model, budget).overhead_tokens
-    overhead = BatchConfig().overhead_for(model.device.type, measured)
-    order = texts[:]
-    random.Random(0).shuffle(order)
-
-    def grouped() -> float:
-        t0 = time.perf_counter()
-        for start in range(0, len(order), group):
-            ids = [e.ids for e in model.encode(order[start : start + group])]
-            for part in plan_micro_batches([len(i) for i in ids], budget, overhead):
-                model.predict([ids[i] for i in part])
-        return len(order) / (time.perf_counter() - t0)
-
+    """Best texts/s when only `known` texts are known at a time, in arrival (random) order:
+    what the batcher can sort and cut at `known` single-text clients, which is all a server
+    with `known` texts in flight can do. Rounds alternate with the all-sorted run."""
+    arrivals = texts[:]
+    random.Random(0).shuffle(arrivals)
     best, best_all = 0.0, 0.0
     for _ in range(rounds):
-        best = max(best, grouped())
+        best = max(best, run_once(model, arrivals, budget, overhead, known))
         best_all = max(best_all, run_once(model, texts, budget, overhead))
-    return AtATime(group, best, best_all)
+    return AtATime(known, best, best_all)
 
 
 def single_text_ms(model: SentimentModel, texts: list[str], count: int = 64) -> float:
