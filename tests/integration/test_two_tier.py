@@ -51,13 +51,16 @@ def test_texts_from_several_ingress_replicas_share_one_model_batch(
 ) -> None:
     # An idle model waits 1 s for company, and each ingress may keep every request's call in
     # flight at once: all calls of the burst join the first batch. Forwards run in a forward
-    # process, as on a GPU (the other apps here run them in a thread).
+    # process, as on a GPU (the other apps here run them in a thread). The deadline leaves room
+    # for the forward process's reload below: on a busy 2-core machine it outlasted the
+    # default 10 s, and the requests that waited for it got 504.
     app = cluster.deploy(
         "tiers",
         batch={"batch_wait_timeout_s": 1.0},
         ingress_replicas=2,
         ingress_calls_in_flight=16,
         forward_in="process",
+        request_timeout_s=60.0,
     )
     assert app.ready()["forward_in"] == "process"
     assert forward_processes(), "no forward process runs"
