@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from service.auth import ApiKeys, KeysFileError
@@ -199,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--model-path", help="model directory (default: SENTIMENT_MODEL_PATH)")
     export.add_argument("--format", choices=["onnx", "tensorrt"], default="onnx")
     export.add_argument("--quantize", choices=["int8"], help="also a dynamic INT8 graph (CPU)")
+    export.add_argument(
+        "--calibration",
+        type=Path,
+        help="INT8 smoothing texts, one per line (default: the model directory's calibration.txt)",
+    )
     export.add_argument("--force", action="store_true", help="export even when up to date")
     args = parser.parse_args(argv)
 
@@ -217,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         from service.export import run_export
 
-        return run_export(settings, args.format, args.quantize, args.force)
+        return run_export(settings, args.format, args.quantize, args.force, args.calibration)
     return serve_forever(settings, args.address)
 
 

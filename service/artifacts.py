@@ -19,6 +19,8 @@ from typing import Any
 
 EXPORT_DIR = "onnx"
 MANIFEST = "manifest.json"
+# Training texts a model build leaves in its directory (one per line) for INT8 calibration.
+CALIBRATION_FILE = "calibration.txt"
 # Backend name -> the files in EXPORT_DIR it can run, preferred first: `onnx` runs the fused
 # graph when the architecture has ONNX Runtime fusions, else the plain one; `tensorrt` reads
 # the plain graph (TensorRT fuses by itself and cannot run ONNX Runtime's contrib operators).

@@ -5,7 +5,8 @@ Writes into `DIR/onnx/` (see service.artifacts) and leaves the Hugging Face file
                    input_ids and attention_mask (int64), output logits. TensorRT reads this one.
   model-opt.onnx   the same graph with ONNX Runtime's BERT fusions (attention, embedding and
                    skip layer norms, bias+GELU): what the `onnx` backend runs.
-  model-int8.onnx  (--quantize int8) dynamic INT8 of the fused graph (see INT8_OPTIONS).
+  model-int8.onnx  (--quantize int8) dynamic INT8 of the fused graph, smoothed on calibration
+                   texts (see service.int8).
 Each file is checked against torch before it replaces anything; running again with the same
 weights, options and library versions does nothing.
 """
@@ -13,7 +14,6 @@ weights, options and library versions does nothing.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 import warnings
@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.artifacts import (
+    CALIBRATION_FILE,
     ExportMismatch,
     export_dir,
     file_sha256,
@@ -32,6 +33,8 @@ from service.artifacts import (
     weights_sha256,
     write_manifest,
 )
+from service.int8 import int8_options
+from service.int8 import quantize as quantize_int8
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -41,20 +44,7 @@ PLAIN, FUSED, INT8 = "model.onnx", "model-opt.onnx", "model-int8.onnx"
 FP32_TOLERANCE = 1e-4  # max abs difference of probabilities vs torch on the export check
 FUSABLE = ("bert", "roberta", "distilbert", "xlm-roberta", "electra")
 FP32_OPTIONS: dict[str, Any] = {"opset": OPSET, "exporter": "torchscript", "fusions": "bert"}
-# Dynamic INT8: weights per output channel, activations per tensor at run time; reduce_range
-# keeps u8 x s8 products from saturating in AVX2 kernels without VNNI. Measured node by node
-# on training texts of the default model, the feed-forward layers of the lowest layers moved
-# probabilities most (their error travels through every layer above), attention and the upper
-# layers least; so those feed-forwards stay FP32, and so does the head (pooler, classifier).
-INT8_OPTIONS: dict[str, Any] = {
-    "method": "dynamic",
-    "per_channel": True,
-    "reduce_range": True,
-    "op_types": ["MatMul", "Attention"],
-    "fp32_feed_forward_layers": "lowest third",
-    "fp32_names": ["pooler", "classifier"],
-}
-_FEED_FORWARD = re.compile(r"layer\.(\d+)/(intermediate|output)/dense")
+CALIBRATION_MAX_TOKENS = 256  # INT8 calibration texts are cut as the service cuts them
 
 
 def _load_torch(model_dir: Path) -> Any:
@@ -113,47 +103,6 @@ def _fuse(plain: Path, out: Path, config: Any) -> None:
     optimized.save_model_to_file(str(out))
 
 
-def int8_nodes(source: Path, num_layers: int) -> list[str]:
-    """The nodes dynamic INT8 quantizes: INT8_OPTIONS' operator types, less the feed-forward
-    layers of the lowest third of the encoder and the head."""
-    import onnx
-
-    head = re.compile("|".join(INT8_OPTIONS["fp32_names"]))
-    lowest = -(-num_layers // 3)
-    chosen = []
-    for node in onnx.load(str(source), load_external_data=False).graph.node:
-        names = " ".join([node.name, *node.output])  # outputs carry the layer's module path
-        feed_forward = _FEED_FORWARD.search(names)
-        if node.op_type not in INT8_OPTIONS["op_types"] or head.search(names):
-            continue
-        if feed_forward and int(feed_forward.group(1)) < lowest:
-            continue
-        chosen.append(node.name)
-    return chosen
-
-
-def _quantize(source: Path, out: Path, num_layers: int) -> None:
-    import logging
-
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    # The quantizer logs a suggestion to run its pre-processing on every call; the graph is
-    # already optimized, so keep it out of the export's output.
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
-    quantize_dynamic(
-        source,
-        out,
-        op_types_to_quantize=INT8_OPTIONS["op_types"],
-        nodes_to_quantize=int8_nodes(source, num_layers),
-        per_channel=INT8_OPTIONS["per_channel"],
-        reduce_range=INT8_OPTIONS["reduce_range"],
-        weight_type=QuantType.QInt8,
-        # Fused nodes are contrib operators that ONNX shape inference cannot type.
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
-
-
 def _check(model: Any, path: Path) -> float:
     """Max abs difference of probabilities between an ONNX file and torch on padded rows."""
     import onnxruntime as ort
@@ -168,23 +117,48 @@ def _check(model: Any, path: Path) -> float:
     return float((got - ref.logits.softmax(-1)).abs().max())
 
 
-def _options(name: str) -> dict[str, Any]:
-    return {**FP32_OPTIONS, "int8": INT8_OPTIONS} if name == INT8 else FP32_OPTIONS
+def _options(name: str, calibration: Path | None) -> dict[str, Any]:
+    if name != INT8:
+        return FP32_OPTIONS
+    return {**FP32_OPTIONS, "int8": int8_options(file_sha256(calibration) if calibration else None)}
 
 
-def _current(entry: dict[str, Any] | None, weights: str, name: str, folder: Path) -> bool:
+def calibration_rows(model_dir: Path, calibration: Path) -> list[list[int]]:
+    """Token ids of the calibration texts (one per line), cut as the service cuts them."""
+    from transformers import AutoTokenizer
+
+    texts = [line.strip() for line in calibration.read_text(encoding="utf-8").splitlines()]
+    texts = [t for t in texts if t]
+    if not texts:
+        raise ExportMismatch(f"{calibration} holds no texts; INT8 smoothing needs some")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    encoded = tokenizer(texts, truncation=True, max_length=CALIBRATION_MAX_TOKENS)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def _current(
+    entry: dict[str, Any] | None, weights: str, name: str, folder: Path, calibration: Path | None
+) -> bool:
     """True when `entry` describes `folder/name` as made now from these weights."""
     if not entry or not (folder / name).is_file():
         return False
-    if entry.get("weights_sha256") != weights or entry.get("options") != _options(name):
+    options = _options(name, calibration)
+    if entry.get("weights_sha256") != weights or entry.get("options") != options:
         return False
     same_tools = entry.get("versions") == versions()
     return same_tools and entry.get("sha256") == file_sha256(folder / name)
 
 
-def export_onnx(model_dir: Path, quantize: str | None = None, force: bool = False) -> list[str]:
+def export_onnx(
+    model_dir: Path,
+    quantize: str | None = None,
+    force: bool = False,
+    calibration: Path | None = None,
+) -> list[str]:
     """Export (and quantize) unless up-to-date files are there; one line per file on what
-    was done. Raises ExportMismatch when a fresh export disagrees with torch."""
+    was done. INT8 is smoothed on `calibration` (texts, one per line; default: the model
+    directory's calibration.txt when there is one). Raises ExportMismatch when a fresh export
+    disagrees with torch."""
     from transformers import AutoConfig
 
     model_dir = Path(model_dir)
@@ -194,7 +168,10 @@ def export_onnx(model_dir: Path, quantize: str | None = None, force: bool = Fals
     exports: dict[str, Any] = manifest.get("exports", {})
     fuse = AutoConfig.from_pretrained(model_dir, local_files_only=True).model_type in FUSABLE
     wanted = [PLAIN] + ([FUSED] if fuse else []) + ([INT8] if quantize == "int8" else [])
-    if not force and all(_current(exports.get(n), weights, n, folder) for n in wanted):
+    if calibration is None and (model_dir / CALIBRATION_FILE).is_file():
+        calibration = model_dir / CALIBRATION_FILE
+    current = [_current(exports.get(n), weights, n, folder, calibration) for n in wanted]
+    if not force and all(current):
         return [f"{folder / n}: up to date" for n in wanted]
     folder.mkdir(exist_ok=True)
     model = _load_torch(model_dir)
@@ -205,8 +182,9 @@ def export_onnx(model_dir: Path, quantize: str | None = None, force: bool = Fals
         if fuse:
             _fuse(tmp[PLAIN], tmp[FUSED], model.config)
         if quantize == "int8":
+            rows = calibration_rows(model_dir, calibration) if calibration else None
             layers = model.config.num_hidden_layers
-            _quantize(tmp[FUSED] if fuse else tmp[PLAIN], tmp[INT8], layers)
+            quantize_int8(tmp[FUSED] if fuse else tmp[PLAIN], tmp[INT8], layers, rows)
         for name in wanted:
             diff = _check(model, tmp[name])
             if name != INT8 and diff > FP32_TOLERANCE:
@@ -214,13 +192,20 @@ def export_onnx(model_dir: Path, quantize: str | None = None, force: bool = Fals
             exports[name] = {
                 "sha256": file_sha256(tmp[name]),
                 "weights_sha256": weights,
-                "options": _options(name),
+                "options": _options(name, calibration),
                 "versions": versions(),
                 "check_max_abs_diff": float(f"{diff:.3g}"),
                 "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             }
             os.replace(tmp[name], folder / name)
-            done.append(f"{folder / name}: exported (max abs diff vs torch {diff:.1e})")
+            note = (
+                ""
+                if name != INT8
+                else f", smoothed on {calibration}"
+                if calibration
+                else (", not smoothed: no calibration texts (--calibration FILE)")
+            )
+            done.append(f"{folder / name}: exported (max abs diff vs torch {diff:.1e}{note})")
     finally:
         for leftover in tmp.values():
             leftover.unlink(missing_ok=True)
@@ -266,7 +251,13 @@ def build_tensorrt(model_dir: Path, max_rows: int, max_length: int) -> list[str]
     return [*lines, f"{cache}: engines built in {time.perf_counter() - t0:.0f} s"]
 
 
-def run_export(settings: Settings, fmt: str, quantize: str | None, force: bool) -> int:
+def run_export(
+    settings: Settings,
+    fmt: str,
+    quantize: str | None,
+    force: bool,
+    calibration: Path | None = None,
+) -> int:
     """The `export` command: print what was written; a one-line error and exit 2 on failure."""
     from service.backends import BackendError
     from service.model import ModelLoadError
@@ -276,7 +267,9 @@ def run_export(settings: Settings, fmt: str, quantize: str | None, force: bool) 
             rows = max(1, settings.batch.micro_batch_tokens // 8)
             lines = build_tensorrt(settings.model_path, rows, settings.max_seq_len)
         else:
-            lines = export_onnx(settings.model_path, quantize, force)
+            if calibration is not None and not calibration.is_file():
+                raise ExportMismatch(f"--calibration {calibration}: no such file")
+            lines = export_onnx(settings.model_path, quantize, force, calibration)
     except ImportError as exc:
         print(
             f"error: {exc.name or exc} is missing: pip install 'sentiment-service[onnx]'",

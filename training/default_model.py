@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 import time
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from service.artifacts import CALIBRATION_FILE
 from training.card import render_card
 from training.corpora import ENCODER, SENTENCES, TWEETS, fetch_encoder
 from training.data import Example
@@ -63,6 +65,7 @@ RECIPE: dict[str, Any] = {
     "baseline": "tfidf-word-1-2gram-sublinear+logreg-C4",
 }
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+CALIBRATION_TEXTS = 256
 
 
 def recipe(full: bool = False) -> dict[str, Any]:
@@ -129,6 +132,14 @@ def print_comparison(metrics: dict[str, Any]) -> None:
         )
 
 
+def write_calibration(folder: Path, train: Sequence[Example], seed: int = SPLIT_SEED) -> None:
+    """Leave CALIBRATION_TEXTS training texts, one per line, where `python -m service export
+    --quantize int8` finds them for its smoothing (never held-out texts)."""
+    texts = [" ".join(e.text.split()) for e in train]
+    chosen = random.Random(seed).sample(texts, min(CALIBRATION_TEXTS, len(texts)))
+    (folder / CALIBRATION_FILE).write_text("\n".join(chosen) + "\n", encoding="utf-8")
+
+
 def build_default(out: Path, data_dir: Path, force: bool = False, full: bool = False) -> int:
     """Build the default model into `out` unless it is current; return a process exit code."""
     if not force and is_current(out, full):
@@ -179,6 +190,7 @@ def build_default(out: Path, data_dir: Path, force: bool = False, full: bool = F
     metrics["build_seconds"] = round(time.perf_counter() - began, 1)
     (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (staging / "README.md").write_text(render_card(spec.title, metrics, spec.sources))
+    write_calibration(staging, data.train)
     shutil.rmtree(out, ignore_errors=True)
     staging.replace(out)
     print_comparison(metrics)

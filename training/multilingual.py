@@ -230,6 +230,7 @@ def build_multilingual(
     metrics["build_seconds"] = round(time.perf_counter() - began, 1)
     (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (staging / "README.md").write_text(render_multilingual_card(metrics, SOURCES))
+    default_model.write_calibration(staging, train)
     shutil.rmtree(out, ignore_errors=True)
     staging.replace(out)
     _print_summary(metrics)

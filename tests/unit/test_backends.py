@@ -17,13 +17,15 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 
 from service.__main__ import main
 from service.artifacts import (
+    CALIBRATION_FILE,
     export_dir,
     file_sha256,
     read_manifest,
     weights_sha256,
     write_manifest,
 )
-from service.export import export_onnx
+from service.export import FUSED, calibration_rows, export_onnx
+from service.int8 import channel_maxima, int8_nodes, smooth
 from service.model import ModelLoadError, SentimentModel, round_up
 from service.settings import Settings
 from tests.tiny_bert import SAMPLE_TEXT
@@ -68,10 +70,13 @@ def _fit(model_dir: Path, out: Path, steps: int = 30) -> None:
 
 @pytest.fixture(scope="session")
 def exported_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A briefly trained tiny BERT with its FP32 and INT8 ONNX exports."""
+    """A briefly trained tiny BERT with its FP32 and INT8 ONNX exports; INT8 smoothed on
+    calibration texts drawn apart from the texts the tests compare on."""
     out = tmp_path_factory.mktemp("exported") / "tiny-onnx"
     _fit(tiny_model_dir, out)
-    export_onnx(out, quantize="int8")
+    (out / CALIBRATION_FILE).write_text("\n".join(_texts(64, seed=7)) + "\n")
+    lines = export_onnx(out, quantize="int8")
+    assert lines[-1].endswith(f"smoothed on {out / CALIBRATION_FILE})"), lines
     return out
 
 
@@ -128,6 +133,84 @@ def test_onnx_fp32_matches_torch(exported_dir: Path) -> None:
     assert ref[:, 1].std() > 0.1  # the model tells texts apart, so agreement means something
     assert np.abs(got - ref).max() <= FP32_BOUND
     assert (got.argmax(1) == ref.argmax(1)).mean() >= AGREEMENT
+
+
+def test_int8_leaves_the_head_and_the_lowest_feed_forward_output_in_fp32(
+    exported_dir: Path,
+) -> None:
+    chosen = int8_nodes(export_dir(exported_dir) / FUSED, num_layers=2)
+    # Two layers: the lowest third is layer 0, whose feed-forward output projection stays FP32.
+    assert not [n for n in chosen if "pooler" in n or "classifier" in n]
+    assert not [n for n in chosen if "layer.0/output/dense" in n]
+    assert [n for n in chosen if "layer.1/output/dense" in n]
+    assert [n for n in chosen if "layer.0/intermediate/dense" in n]
+    assert len([n for n in chosen if n.startswith("Attention")]) == 2
+
+
+def test_smoothing_keeps_the_fp32_function(exported_dir: Path, tmp_path: Path) -> None:
+    """Activations divided per channel, weight rows multiplied: the same logits in FP32."""
+    import onnxruntime as ort
+
+    fused = export_dir(exported_dir) / FUSED
+    nodes = int8_nodes(fused, num_layers=2)
+    rows = calibration_rows(exported_dir, exported_dir / CALIBRATION_FILE)
+    maxima = channel_maxima(fused, nodes, rows)
+    smooth(fused, tmp_path / "smoothed.onnx", nodes, maxima)
+    graph = onnx.load(str(tmp_path / "smoothed.onnx")).graph
+    assert len([n for n in graph.node if n.name.endswith("/smooth")]) == len(nodes)
+    scales = [np.max(m) / max(np.min(m), 1e-5) for m in maxima.values()]
+    assert max(scales) > 2  # uneven channels, so the rescaling is not the identity
+    ids = np.array([rows[0][:6], rows[1][:6]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    ids[1, 3:], mask[1, 3:] = 0, 0
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    plain = ort.InferenceSession(str(fused), providers=["CPUExecutionProvider"]).run(None, feeds)
+    smoothed = ort.InferenceSession(
+        str(tmp_path / "smoothed.onnx"), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    assert np.abs(plain[0] - smoothed[0]).max() <= 1e-4
+
+
+def test_int8_export_records_its_calibration_and_redoes_when_it_changes(
+    exported_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "recalibrated"
+    shutil.copytree(exported_dir, copy)
+    options = read_manifest(copy)["exports"]["model-int8.onnx"]["options"]["int8"]
+    assert options["calibration_sha256"] == file_sha256(copy / CALIBRATION_FILE)
+    assert options["smoothing_alpha"] > 0
+    (copy / CALIBRATION_FILE).write_text("\n".join(_texts(32, seed=8)) + "\n")
+    lines = export_onnx(copy, "int8")
+    assert "model-int8.onnx: exported" in lines[-1] and "smoothed on" in lines[-1]
+    (copy / CALIBRATION_FILE).unlink()
+    assert "not smoothed" in export_onnx(copy, "int8")[-1]
+    assert (
+        read_manifest(copy)["exports"]["model-int8.onnx"]["options"]["int8"]["calibration_sha256"]
+        is None
+    )
+
+
+def test_int8_forwards_run_in_small_runs(exported_dir: Path) -> None:
+    """A big forward is run INT8_RUN_TOKENS at a time, in order, so its texts share their
+    activation scale with few neighbours; FP32 runs whole."""
+    from service.backends import INT8_RUN_TOKENS, load_ort
+
+    backend = load_ort("onnx-int8", exported_dir, torch.device("cpu"), threads=1)
+    assert backend.run_tokens == INT8_RUN_TOKENS
+    assert load_ort("onnx", exported_dir, torch.device("cpu"), threads=1).run_tokens == 0
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
+    rows = [(e.ids * 16)[:16] for e in model.encode(_texts(100, seed=3))]
+    ids = np.array(rows, dtype=np.int64)
+    mask = np.ones_like(ids)
+    step = INT8_RUN_TOKENS // 16
+    runs = [
+        backend.session.run(
+            ["logits"], {"input_ids": ids[i : i + step], "attention_mask": mask[i : i + step]}
+        )[0]
+        for i in range(0, len(ids), step)
+    ]
+    assert len(runs) > 2
+    assert np.array_equal(backend.logits(ids, mask).numpy(), np.concatenate(runs))
 
 
 def test_onnx_int8_stays_within_its_bound(exported_dir: Path) -> None:
@@ -221,5 +304,8 @@ def test_export_command(exported_dir: Path, capsys: pytest.CaptureFixture[str]) 
     assert "up to date" in capsys.readouterr().out
     assert main(["export", "--model-path", str(exported_dir), "--format", "tensorrt"]) == 2
     assert "TensorRT" in capsys.readouterr().err
+    missing = ["--quantize", "int8", "--calibration", str(exported_dir / "nope.txt")]
+    assert main(["export", "--model-path", str(exported_dir), *missing]) == 2
+    assert "nope.txt: no such file" in capsys.readouterr().err
     manifest = json.loads((export_dir(exported_dir) / "manifest.json").read_text())
     assert "model-int8.onnx" in manifest["exports"]

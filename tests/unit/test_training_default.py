@@ -116,3 +116,19 @@ def test_full_recipe_trains_longer_and_is_not_taken_for_the_fast_one(tmp_path: P
     out = tmp_path / "m"
     _fake_model(out, default_model.recipe_hash(full=True))
     assert default_model.is_current(out, full=True) and not default_model.is_current(out)
+
+
+def test_calibration_texts_are_a_fixed_sample_of_training_texts_one_per_line(
+    tmp_path: Path,
+) -> None:
+    train = [Example(f"text {i}\nwith a line break", i % 2, "tweets") for i in range(300)]
+    default_model.write_calibration(tmp_path, train)
+    lines = (tmp_path / "calibration.txt").read_text().splitlines()
+    assert len(lines) == default_model.CALIBRATION_TEXTS == len(set(lines))
+    assert set(lines) <= {" ".join(e.text.split()) for e in train}
+    again = tmp_path / "again"
+    again.mkdir()
+    default_model.write_calibration(again, train)
+    assert (again / "calibration.txt").read_text() == (tmp_path / "calibration.txt").read_text()
+    default_model.write_calibration(again, train[:10])
+    assert len((again / "calibration.txt").read_text().splitlines()) == 10
