@@ -61,16 +61,34 @@ class TorchBackend:
         return result
 
 
-class OrtBackend:
-    """An ONNX Runtime session on one exported graph."""
+# Dynamic INT8 measures each activation's scale over the whole forward, so a text's answer
+# moves with the texts beside it. Runs of at most this many padded tokens keep the neighbours
+# few: on the default model, label agreement with torch was 99.73% / 99.65% / 99.36% in
+# forwards of 256 / 1024 / 4096 tokens, and 512-token runs were as fast as any (2 threads).
+INT8_RUN_TOKENS = 512
 
-    def __init__(self, name: str, session: Any) -> None:
+
+class OrtBackend:
+    """An ONNX Runtime session on one exported graph; `run_tokens` splits a forward's rows
+    into runs of at most that many padded tokens (0: one run)."""
+
+    def __init__(self, name: str, session: Any, run_tokens: int = 0) -> None:
         self.name = name
         self.session = session
+        self.run_tokens = run_tokens
 
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
         """Run the session; the graph's `logits` output as a float32 tensor."""
-        out = self.session.run(["logits"], {"input_ids": input_ids, "attention_mask": mask})[0]
+        rows = len(input_ids)
+        step = max(1, self.run_tokens // max(1, input_ids.shape[1])) if self.run_tokens else rows
+        outs = [
+            self.session.run(
+                ["logits"],
+                {"input_ids": input_ids[i : i + step], "attention_mask": mask[i : i + step]},
+            )[0]
+            for i in range(0, rows, step)
+        ]
+        out = outs[0] if len(outs) == 1 else np.concatenate(outs)
         return torch.from_numpy(np.asarray(out, dtype=np.float32))
 
 
@@ -160,4 +178,4 @@ def load_ort(
     if name == "tensorrt":
         providers[0][1].update(trt_profile(*trt_shapes))
     session = ort.InferenceSession(str(path), options, providers=providers)
-    return OrtBackend(name, session)
+    return OrtBackend(name, session, INT8_RUN_TOKENS if name == "onnx-int8" else 0)
