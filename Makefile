@@ -17,6 +17,8 @@ LOADTEST_OUT ?= results/loadtest
 LOADTEST_ARGS ?=
 BENCH_OUT ?= results/bench
 BENCH_ARGS ?=
+# make bench-launch: depth of the CPU stand-in for a GPU forward.
+STAND_IN_LAYERS ?= 12
 PARITY_OUT ?= results/parity
 PARITY_ARGS ?=
 PROBE_ARGS ?=
@@ -101,12 +103,14 @@ bench: default-model
 bench-overhead: default-model
 	$(PY) -m loadtest.bench --overhead-only --model-path $(MODEL_DIR) --out $(BENCH_OUT)-overhead $(BENCH_ARGS)
 
-# The CPU stand-in for a GPU forward (a 12-layer narrow BERT): the GIL convoy, then the two-tier
-# service with forwards in a thread and in a forward process (service/forwardproc.py).
+# The CPU stand-in for a GPU forward (a STAND_IN_LAYERS-deep narrow BERT): the GIL convoy, then
+# the two-tier service with forwards in a thread and in a forward process (service/forwardproc.py).
 bench-launch: default-model
-	$(PY) -m loadtest.convoy --model-path $(MODEL_DIR) --out $(BENCH_OUT)-launch/convoy.json
+	$(PY) -m loadtest.convoy --model-path $(MODEL_DIR) --layers $(STAND_IN_LAYERS) \
+		--out $(BENCH_OUT)-launch/convoy.json
 	for mode in thread process; do SENTIMENT_LAYOUT=two-tier SENTIMENT_FORWARD_IN=$$mode \
-		$(PY) -m loadtest.bench --overhead-only --overhead-layers 12 --model-path $(MODEL_DIR) \
+		$(PY) -m loadtest.bench --overhead-only --overhead-layers $(STAND_IN_LAYERS) \
+		--model-path $(MODEL_DIR) \
 		--out $(BENCH_OUT)-launch/$$mode $(BENCH_ARGS) || exit 1; done
 
 probe: default-model

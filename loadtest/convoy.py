@@ -100,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
     parser.add_argument("--out", type=Path, default=Path("results/convoy.json"))
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--layers", type=int, default=LAYERS, help="the stand-in's depth")
     args = parser.parse_args(argv)
     model = args.model or build_tiny_model(
-        args.model_path, Path(tempfile.mkdtemp()) / "convoy-stand-in", 0, LAYERS
+        args.model_path, Path(tempfile.mkdtemp()) / "convoy-stand-in", 0, args.layers
     )
     result = run(model, args.device, args.dtype, args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
