@@ -55,7 +55,8 @@ class ForwardProcess:
     `load` holds `SentimentModel.load`'s keyword arguments; `threads` sets the child's torch
     intra-op threads. Raises ModelLoadError when the child cannot load the model.
 
-    A child that died between requests (killed) is replaced before the next one. A child that
+    A child that dies between requests (killed) is replaced at once by a watcher thread, so the
+    next request does not wait for a model load (unless it comes during one). A child that
     dies while computing a batch (a fatal error, or an input that kills it) is replaced too,
     and the batch fails with ForwardProcessCrashed instead of being sent again: it may hold
     the input that killed it, and every resend would cost another model load.
@@ -65,8 +66,17 @@ class ForwardProcess:
         self.load_args = {"load": load, "threads": threads, "crash_min_tokens": None}
         self.lock = threading.Lock()  # one request on the wire at a time
         self.restarts = 0
+        # The watcher replaces only a child that had loaded the model, so a model that cannot
+        # load is retried by the next request, not in a loop; and none once closed.
+        self.healthy = False
+        self.closing = False
         self._start()
-        info = self._call("load", self.load_args, load_error=True)
+        try:
+            info = self._call("load", self.load_args, load_error=True)
+        except BaseException:
+            self.close()
+            raise
+        self.healthy = True
         self.labels: list[str] = info["labels"]
         self.name: str = info["name"]
         self.device = torch.device(info["device"])
@@ -108,6 +118,7 @@ class ForwardProcess:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Ask the child to exit; kill it if it does not within `timeout_s`."""
+        self.closing = True
         with self.lock:
             self._stop(timeout_s)
 
@@ -123,6 +134,22 @@ class ForwardProcess:
         )
         theirs.close()
         self.conn = Connection(mine.detach())
+        threading.Thread(
+            target=self._watch, args=(self.process,), name="forward-process-watch", daemon=True
+        ).start()
+
+    def _watch(self, process: subprocess.Popen[bytes]) -> None:
+        """Wait for one child to exit; if it was the serving child, start another now."""
+        process.wait()
+        with self.lock:
+            if self.closing or not self.healthy or process is not self.process:
+                return  # closed, never loaded, or already replaced by a request
+            try:
+                self._restart()
+            except ForwardProcessError:
+                logger.exception(
+                    "the forward process could not be replaced; the next request retries"
+                )
 
     def _stop(self, timeout_s: float) -> None:
         if self.process.poll() is None:
@@ -143,8 +170,12 @@ class ForwardProcess:
         )
         self._start()
         self.restarts += 1
-        status, value = self._exchange("load", self.load_args)
-        if status != "ok":  # stopped, so the next request tries a new one again
+        try:
+            status, value = self._exchange("load", self.load_args)
+        except (EOFError, OSError) as exc:
+            status, value = "error", f"it exited while loading ({exc})"
+        self.healthy = status == "ok"
+        if not self.healthy:  # stopped, so the next request tries a new one again
             self._stop(5.0)
             raise ForwardProcessError(f"a new forward process could not load the model: {value}")
 

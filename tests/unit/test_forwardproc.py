@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -89,12 +89,36 @@ def test_a_child_that_cannot_load_again_fails_the_request(
     process = ForwardProcess({"path": model, "device": "cpu"})
     shutil.rmtree(model)  # the weights are gone: a new child cannot load them
     process.process.kill()
-    process.process.wait()
+    _wait_for(lambda: process.restarts == 1 and not process.healthy)  # the watcher tried once
     with pytest.raises(ForwardProcessError, match="could not load the model"):
         process.predict([[2, 5, 3]])
+    assert process.restarts == 2  # the request tried again; the watcher did not loop
     shutil.copytree(tiny_model_dir, model)  # back: the next request starts one that loads
-    assert process.predict([[2, 5, 3]]).shape == (1, 2) and process.restarts == 2
+    assert process.predict([[2, 5, 3]]).shape == (1, 2) and process.restarts == 3
     process.close()
+
+
+def test_a_child_killed_between_requests_is_replaced_before_any_request_comes(
+    tiny_model_dir: Path,
+) -> None:
+    process = ForwardProcess({"path": tiny_model_dir, "device": "cpu"})
+    first = process.pid
+    before = process.predict([[2, 5, 3]])
+    process.process.kill()
+    _wait_for(lambda: process.pid != first and process.healthy)
+    assert process.restarts == 1 and process.process.poll() is None and not _alive(first)
+    assert torch.equal(process.predict([[2, 5, 3]]), before)
+    assert process.restarts == 1  # the request found a loaded child: no load on its path
+    process.close()
+    time.sleep(0.5)  # a closed process is not replaced
+    assert process.restarts == 1 and not _alive(process.pid)
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def test_the_child_does_not_outlive_its_parent(tiny_model_dir: Path) -> None:
