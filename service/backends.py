@@ -22,6 +22,7 @@ import numpy.typing as npt
 import torch
 
 from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
+from service.int8 import unsafe_here as int8_unsafe_here
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "tensorrt")
 Ids = npt.NDArray[np.int64]
@@ -102,6 +103,8 @@ def resolve_backend(name: str, model_dir: Path, device: torch.device) -> tuple[s
     best, why = fastest_backend(model_dir, device.type)
     if best != "torch" and _missing(best, device) is not None:
         return "torch", f"{best} was measured fastest but cannot run here: {_missing(best, device)}"
+    if best == "onnx-int8" and (unsafe := int8_unsafe_here(model_dir)) is not None:
+        return "torch", f"{best} was measured fastest but cannot run here: {unsafe}"
     return best, why
 
 
@@ -159,6 +162,8 @@ def load_ort(
         raise BackendError(f"backend {name!r} cannot run on {device}: {reason}.{hint}")
     if name == "onnx-int8" and device.type != "cpu":
         raise BackendError("onnx-int8 runs on the CPU only; use onnx or tensorrt on a GPU")
+    if name == "onnx-int8" and (unsafe := int8_unsafe_here(model_dir)) is not None:
+        raise BackendError(f"backend 'onnx-int8' cannot run here: {unsafe}")
     import onnxruntime as ort
 
     try:

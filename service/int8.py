@@ -58,6 +58,22 @@ def reduce_range() -> bool:
     return x86 and not cpu_has_vnni()
 
 
+def unsafe_here(model_dir: Path) -> str | None:
+    """Why this directory's INT8 export must not run on this CPU, or None: one exported with
+    full 8-bit weights (on a CPU with VNNI) can saturate on an x86 CPU without it."""
+    from service.artifacts import read_manifest
+
+    entry = read_manifest(model_dir).get("exports", {}).get("model-int8.onnx", {})
+    full_range = entry.get("options", {}).get("int8", {}).get("reduce_range") is False
+    if full_range and reduce_range():
+        return (
+            "its INT8 export has 8-bit weights made for a CPU with VNNI, and this CPU lacks "
+            "VNNI (its u8 x s8 products can saturate); re-export here: python -m service "
+            f"export --model-path {model_dir} --format onnx --quantize int8 --force"
+        )
+    return None
+
+
 def int8_options(calibration_sha256: str | None) -> dict[str, Any]:
     """What an INT8 export is made with, as its manifest records it."""
     smoothed = calibration_sha256 is not None

@@ -291,6 +291,32 @@ def test_auto_picks_the_fastest_measured_backend(exported_dir: Path, tmp_path: P
     assert SentimentModel.load(measured, device="cpu", backend="auto").backend_name == "torch"
 
 
+def test_int8_made_for_vnni_is_refused_on_a_cpu_without_it(
+    exported_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8-bit weights can saturate in AVX2 kernels without VNNI: such an export (and a parity
+    record that says it is fastest) must not be run there, and `auto` falls back."""
+    copy = tmp_path / "vnni"
+    shutil.copytree(exported_dir, copy)
+    manifest = read_manifest(copy)
+    manifest["exports"]["model-int8.onnx"]["options"]["int8"]["reduce_range"] = False
+    manifest["measurements"] = {
+        "cpu": {
+            "weights_sha256": weights_sha256(copy),
+            "texts_per_s": {"torch": 100.0, "onnx": 150.0, "onnx-int8": 400.0},
+            "eligible": ["torch", "onnx", "onnx-int8"],
+        }
+    }
+    write_manifest(copy, manifest)
+    monkeypatch.setattr("service.int8.reduce_range", lambda: True)  # a CPU without VNNI
+    with pytest.raises(ModelLoadError, match="lacks VNNI"):
+        SentimentModel.load(copy, device="cpu", backend="onnx-int8")
+    model = SentimentModel.load(copy, device="cpu", backend="auto")
+    assert model.backend_name == "torch" and "lacks VNNI" in model.backend_reason
+    monkeypatch.setattr("service.int8.reduce_range", lambda: False)  # one with VNNI
+    assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
+
+
 def test_backend_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SENTIMENT_BACKEND", "onnx-int8")
     assert Settings().backend == "onnx-int8"
