@@ -144,6 +144,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measured(model_path: Path, device: str) -> bool:
+    """Whether the manifest holds a measurement of this device for the current weights (an
+    export drops the measurements of the files it replaces)."""
+    found = read_manifest(model_path).get("measurements", {}).get(device)
+    return bool(found) and found.get("weights_sha256") == weights_sha256(model_path)
+
+
 def record(model_path: Path, results: dict[str, Any]) -> None:
     """Put the speeds of the backends that hold parity where `auto` looks for them."""
     manifest = read_manifest(model_path)
@@ -192,9 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="1024,4096", help="micro-batch tokens tried")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-record", action="store_true", help="leave the manifest alone")
+    parser.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="do nothing when these exports already have a measurement for this device",
+    )
     args = parser.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
     args.budgets = [int(b) for b in args.budgets.split(",") if b]
+    if args.if_missing and measured(args.model_path, "cpu"):
+        print(f"{args.model_path}: parity already measured for these exports on cpu")
+        return 0
     results = measure(args)
     if not args.no_record:
         record(args.model_path, results)

@@ -317,6 +317,32 @@ def test_int8_made_for_vnni_is_refused_on_a_cpu_without_it(
     assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
 
 
+def test_a_new_export_drops_the_parity_measured_on_the_old_files(
+    exported_dir: Path, tmp_path: Path
+) -> None:
+    """`auto` trusts a measurement only for the files it was made on; `make model` re-measures
+    only when there is none (loadtest.parity --if-missing)."""
+    from loadtest.parity import measured
+
+    copy = tmp_path / "remeasured"
+    shutil.copytree(exported_dir, copy)
+    assert not measured(copy, "cpu")
+    manifest = read_manifest(copy)
+    manifest["measurements"] = {
+        "cpu": {
+            "weights_sha256": weights_sha256(copy),
+            "texts_per_s": {"torch": 100.0, "onnx-int8": 400.0},
+            "eligible": ["torch", "onnx-int8"],
+        }
+    }
+    write_manifest(copy, manifest)
+    assert measured(copy, "cpu") and not measured(copy, "cuda")
+    assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
+    export_onnx(copy, "int8", force=True)
+    assert not measured(copy, "cpu")
+    assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "torch"
+
+
 def test_backend_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SENTIMENT_BACKEND", "onnx-int8")
     assert Settings().backend == "onnx-int8"
