@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from service.artifacts import read_manifest, weights_sha256, write_manifest
 from service.export import export_onnx
 from service.model import SentimentModel
 from tests.integration.conftest import Cluster
+from tests.measured import record_speeds
 from tests.tiny_bert import SAMPLE_TEXT
 
 pytestmark = pytest.mark.integration
@@ -22,15 +22,8 @@ def test_auto_serves_the_measured_fastest_backend(
     model_dir = tmp_path / "tiny-int8"
     shutil.copytree(tiny_model_dir, model_dir)
     export_onnx(model_dir, quantize="int8")
-    manifest = read_manifest(model_dir)
-    manifest["measurements"] = {
-        "cpu": {
-            "weights_sha256": weights_sha256(model_dir),
-            "texts_per_s": {"torch": 100.0, "onnx": 200.0, "onnx-int8": 250.0},
-            "eligible": ["torch", "onnx", "onnx-int8"],
-        }
-    }
-    write_manifest(model_dir, manifest)
+    speeds = {"torch": 100.0, "onnx": 200.0, "onnx-int8": 250.0}
+    record_speeds(model_dir, speeds, list(speeds))
 
     app = cluster.deploy("int8", model_path=str(model_dir), backend="auto")
     ready = app.ready()

@@ -28,6 +28,7 @@ from service.export import FUSED, calibration_rows, export_onnx
 from service.int8 import channel_maxima, int8_nodes, smooth
 from service.model import ModelLoadError, SentimentModel, round_up
 from service.settings import Settings
+from tests.measured import record_speeds
 from tests.tiny_bert import SAMPLE_TEXT
 
 FP32_BOUND = 1e-3  # max abs difference of probabilities, FP32 backends vs torch FP32
@@ -275,17 +276,11 @@ def test_auto_picks_the_fastest_measured_backend(exported_dir: Path, tmp_path: P
     measured = tmp_path / "measured"
     shutil.copytree(exported_dir, measured)
     assert SentimentModel.load(measured, device="cpu", backend="auto").backend_name == "torch"
-    manifest = read_manifest(measured)
-    manifest["measurements"] = {
-        "cpu": {
-            "weights_sha256": weights_sha256(measured),
-            "texts_per_s": {"torch": 100.0, "onnx": 300.0, "onnx-int8": 400.0},
-            "eligible": ["torch", "onnx"],  # INT8 was fastest but lost accuracy
-        }
-    }
-    write_manifest(measured, manifest)
+    speeds = {"torch": 100.0, "onnx": 300.0, "onnx-int8": 400.0}
+    record_speeds(measured, speeds, ["torch", "onnx"])  # INT8 was fastest but lost accuracy
     model = SentimentModel.load(measured, device="cpu", backend="auto")
     assert model.backend_name == "onnx" and "measured fastest" in model.backend_reason
+    manifest = read_manifest(measured)
     manifest["measurements"]["cpu"]["weights_sha256"] = "0" * 64
     write_manifest(measured, manifest)
     assert SentimentModel.load(measured, device="cpu", backend="auto").backend_name == "torch"
@@ -300,14 +295,8 @@ def test_int8_made_for_vnni_is_refused_on_a_cpu_without_it(
     shutil.copytree(exported_dir, copy)
     manifest = read_manifest(copy)
     manifest["exports"]["model-int8.onnx"]["options"]["int8"]["reduce_range"] = False
-    manifest["measurements"] = {
-        "cpu": {
-            "weights_sha256": weights_sha256(copy),
-            "texts_per_s": {"torch": 100.0, "onnx": 150.0, "onnx-int8": 400.0},
-            "eligible": ["torch", "onnx", "onnx-int8"],
-        }
-    }
     write_manifest(copy, manifest)
+    record_speeds(copy, {"torch": 100.0, "onnx-int8": 400.0}, ["torch", "onnx-int8"])
     monkeypatch.setattr("service.int8.reduce_range", lambda: True)  # a CPU without VNNI
     with pytest.raises(ModelLoadError, match="lacks VNNI"):
         SentimentModel.load(copy, device="cpu", backend="onnx-int8")
@@ -327,15 +316,7 @@ def test_a_new_export_drops_the_parity_measured_on_the_old_files(
     copy = tmp_path / "remeasured"
     shutil.copytree(exported_dir, copy)
     assert not measured(copy, "cpu")
-    manifest = read_manifest(copy)
-    manifest["measurements"] = {
-        "cpu": {
-            "weights_sha256": weights_sha256(copy),
-            "texts_per_s": {"torch": 100.0, "onnx-int8": 400.0},
-            "eligible": ["torch", "onnx-int8"],
-        }
-    }
-    write_manifest(copy, manifest)
+    record_speeds(copy, {"torch": 100.0, "onnx-int8": 400.0}, ["torch", "onnx-int8"])
     assert measured(copy, "cpu") and not measured(copy, "cuda")
     assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
     export_onnx(copy, "int8", force=True)
