@@ -9,7 +9,7 @@ quantized MatMul, s_j = amax_j ** alpha / wmax_j ** (1 - alpha), where amax_j is
 |activation| seen on calibration texts and wmax_j the largest |weight| in row j; the activation
 is divided by s_j (a Mul before the MatMul) and the weight's row j multiplied by it. In FP32 that
 is the same function; quantized, the activations lose far less. On the default model (held-out
-texts, against torch FP32) it took label agreement from 99.34% to 99.63%.
+texts, forwards of up to 1024 tokens) it took label agreement with torch from 99.34% to 99.65%.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ INT8_OPTIONS: dict[str, Any] = {
     "op_types": ["MatMul", "Attention"],
     "fp32_feed_forward_outputs": "lowest third",
     "fp32_names": ["pooler", "classifier"],
-    "smoothing_alpha": SMOOTHING_ALPHA,
 }
+_HEAD = re.compile("|".join(INT8_OPTIONS["fp32_names"]))
 _FEED_FORWARD_OUT = re.compile(r"layer\.(\d+)/output/dense")
 _VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
@@ -86,7 +86,7 @@ def int8_options(calibration_sha256: str | None) -> dict[str, Any]:
 
 
 def _head_or_excluded(names: str, num_layers: int) -> bool:
-    if re.search("|".join(INT8_OPTIONS["fp32_names"]), names):
+    if _HEAD.search(names):
         return True
     feed_forward = _FEED_FORWARD_OUT.search(names)
     return feed_forward is not None and int(feed_forward.group(1)) < -(-num_layers // 3)
