@@ -43,13 +43,16 @@ class DataError(ValueError):
 class Example:
     """One labelled text; `source` names the file or corpus it came from.
 
-    `group` ties rows that must share a side of the split (sentences of one review).
+    `group` ties rows that must share a side of the split (sentences of one review);
+    `max_tokens`, when set, is the row's own token limit in place of the run's (a review
+    window trained at the length the service reads long texts in).
     """
 
     text: str
     label: int
     source: str = ""
     group: str = ""
+    max_tokens: int = 0
 
 
 @dataclass(frozen=True)

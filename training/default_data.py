@@ -80,16 +80,25 @@ def split(examples: Sequence[Example], seed: int) -> tuple[list[Example], list[E
     return train, test
 
 
-def prepare(
-    raw: Sequence[Example], seed: int, chunk_words: int, chunks_per_review: int
-) -> Prepared:
-    """Clean across sources, split, and cut the training reviews into chunks."""
+@dataclass(frozen=True)
+class ReviewCut:
+    """How full training reviews become model rows: `per_review` pieces of `words` words,
+    each trained at `max_tokens` tokens (0: the run's max length)."""
+
+    words: int
+    per_review: int
+    max_tokens: int = 0
+
+
+def prepare(raw: Sequence[Example], seed: int, cuts: Sequence[ReviewCut]) -> Prepared:
+    """Clean across sources, split, and cut the training reviews into pieces, once per cut."""
     examples, stats = clean(raw)
     train, test = split(examples, seed)
     whole = [ex for ex in train if ex.source == FULL_SOURCE]
-    short = [ex for ex in train if ex.source != FULL_SOURCE]
-    chunks = review_chunks(whole, chunk_words, chunks_per_review, seed)
-    return Prepared(train=short + chunks, baseline_train=train, test=test, stats=stats)
+    rows = [ex for ex in train if ex.source != FULL_SOURCE]
+    for k, cut in enumerate(cuts):  # each cut draws its own pieces
+        rows += review_chunks(whole, cut.words, cut.per_review, seed + k, cut.max_tokens)
+    return Prepared(train=rows, baseline_train=train, test=test, stats=stats)
 
 
 def counts(examples: Sequence[Example]) -> dict[str, dict[str, int]]:

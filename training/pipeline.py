@@ -152,12 +152,12 @@ def _run(
     seed_everything(spec.cfg.seed)  # before loading: the new head's init must repeat
     model, tokenizer = load_for_training(spec.model_path)
     pad_id = int(tokenizer.pad_token_id or 0)
-    train_ids = encode_texts(tokenizer, [e.text for e in train_examples], spec.max_length)
+    train_ids = encode_rows(tokenizer, train_examples, spec.max_length)
     train_ds = TokenizedDataset(train_ids, [e.label for e in train_examples])
     if ctx.is_main:
         print(
             f"training on {len(train_ds)} rows, {ctx.world_size} process(es) on {ctx.device}, "
-            f"max length {spec.max_length}",
+            f"max length {spec.max_length} (longest row {max(train_ds.lengths, default=0)} tokens)",
             flush=True,
         )
     result = train(
@@ -194,6 +194,18 @@ def _run(
             shutil.rmtree(spec.out / "checkpoint", ignore_errors=True)
     barrier(ctx)
     return metrics
+
+
+def encode_rows(tokenizer: Any, rows: Sequence[Example], max_length: int) -> list[list[int]]:
+    """Token ids per row, in order: each cut at its own `max_tokens` if set, else `max_length`."""
+    limits = sorted({e.max_tokens or max_length for e in rows})
+    ids: list[list[int]] = [[] for _ in rows]
+    for limit in limits:
+        idx = [i for i, e in enumerate(rows) if (e.max_tokens or max_length) == limit]
+        cut = encode_texts(tokenizer, [rows[i].text for i in idx], limit)
+        for i, row in zip(idx, cut, strict=True):
+            ids[i] = row
+    return ids
 
 
 def _predict_held_out(

@@ -185,13 +185,13 @@ def grouped_split(
 
 
 def review_chunks(
-    reviews: Sequence[Example], words: int, per_review: int, seed: int
+    reviews: Sequence[Example], words: int, per_review: int, seed: int, max_tokens: int = 0
 ) -> list[Example]:
     """Training rows cut from full reviews: `per_review` chunks of `words` words each.
 
-    A review's last chunk is always taken (reviews often end on their verdict), the others at
-    random by seed; every chunk carries its review's label. The short-text model then sees
-    review prose at the cost of short rows, and serving reads long reviews in windows anyway.
+    A review's last `words` words are always taken (reviews often end on their verdict), the
+    other chunks at random by seed from the consecutive pieces before them. Every chunk
+    carries its review's label and `max_tokens`, its token limit when trained (0: the run's).
     """
     if words < 1 or per_review < 1:
         raise ValueError("words and per_review must be at least 1")
@@ -199,10 +199,13 @@ def review_chunks(
     out: list[Example] = []
     for review in reviews:
         tokens = review.text.split()
-        chunks = [" ".join(tokens[i : i + words]) for i in range(0, len(tokens), words)]
-        if not chunks:
+        if not tokens:
             continue
+        # Consecutive pieces before the tail, then the tail: a full chunk even when the words
+        # do not divide evenly, as the service's last window is.
+        chunks = [" ".join(tokens[i : i + words]) for i in range(0, len(tokens) - words, words)]
+        chunks.append(" ".join(tokens[-words:]))
         picked = rng.sample(range(len(chunks) - 1), min(per_review - 1, len(chunks) - 1))
         for i in [*sorted(picked), len(chunks) - 1]:
-            out.append(Example(chunks[i], review.label, review.source, review.group))
+            out.append(Example(chunks[i], review.label, review.source, review.group, max_tokens))
     return out

@@ -16,7 +16,7 @@ from service.model import SentimentModel
 from tests.tiny_bert import build_tiny_bert
 from training.data import Example, TokenizedDataset, encode_texts
 from training.loop import TrainConfig, linear_warmup_decay, resolve_amp
-from training.pipeline import RunSpec, fine_tune, load_for_training
+from training.pipeline import RunSpec, encode_rows, fine_tune, load_for_training
 
 GOOD = ["great", "excellent", "lovely", "fast", "recommended", "good"]
 BAD = ["terrible", "awful", "broken", "slow", "cheap", "damaged"]
@@ -90,6 +90,15 @@ def test_metrics_and_model_card_are_written(trained: dict[str, Any]) -> None:
         assert key in saved
     card = (out / "README.md").read_text()
     assert "accuracy" in card and "Hardware" in card and "gen" in card
+
+
+def test_rows_with_their_own_token_limit_are_cut_there(tiny_encoder: Path) -> None:
+    _, tok = load_for_training(tiny_encoder)
+    words = " ".join(GOOD * 10)
+    rows = [Example(words, 1), Example(words, 0, max_tokens=24), Example("good", 1)]
+    ids = encode_rows(tok, rows, max_length=12)
+    assert [len(r) for r in ids] == [12, 24, len(encode_texts(tok, ["good"], 12)[0])]
+    assert ids[1][:11] == ids[0][:11]  # the same text, in order, cut later
 
 
 def _run(tiny_encoder: Path, cfg: TrainConfig, **kw: Any) -> tuple[loop.TrainResult, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from training import reviews
 from training.data import Example
-from training.default_data import HELD_OUT_SETS, SOURCES, prepare, split
+from training.default_data import HELD_OUT_SETS, SOURCES, ReviewCut, prepare, split
 from training.reviews import (
     FULL_SOURCE,
     UCI,
@@ -122,6 +122,11 @@ def test_review_chunks_take_the_last_chunk_and_keep_the_label() -> None:
     assert all(len(c.text.split()) == 10 for c in from_long)
     assert [c.text for c in chunks if c.label == 0] == ["only a few words"]
     assert review_chunks([long], 10, 3, seed=1) == from_long
+    # Words that do not divide evenly: the tail is still a full chunk, ending the review.
+    uneven = Example(" ".join(f"w{i}" for i in range(95)), 1, FULL_SOURCE)
+    tail = review_chunks([uneven], 10, 1, seed=1, max_tokens=48)
+    assert [c.text for c in tail] == [" ".join(f"w{i}" for i in range(85, 95))]
+    assert tail[0].max_tokens == 48 and from_long[0].max_tokens == 0
 
 
 def _sources_sample() -> list[Example]:
@@ -136,7 +141,7 @@ def _sources_sample() -> list[Example]:
 def test_default_split_holds_out_per_source_and_never_trains_on_held_out_text() -> None:
     raw = _sources_sample()
     raw.append(Example("tweets row 0", 0, "yelp-sentences"))  # a cross-source duplicate
-    data = prepare(raw, seed=7, chunk_words=20, chunks_per_review=2)
+    data = prepare(raw, seed=7, cuts=[ReviewCut(20, 2)])
     held_out = {e.text.casefold() for e in data.test}
     assert not held_out & {e.text.casefold() for e in data.baseline_train}
     assert not held_out & {e.text.casefold() for e in data.train}
@@ -148,7 +153,13 @@ def test_default_split_holds_out_per_source_and_never_trains_on_held_out_text() 
     model_reviews = [e for e in data.train if e.source == FULL_SOURCE]
     assert len(model_reviews) == 2 * 16 and all(len(e.text.split()) <= 20 for e in model_reviews)
     assert sum(e.source == FULL_SOURCE for e in data.baseline_train) == 16
-    assert split(prepare(raw, 7, 20, 2).baseline_train, 7) == split(data.baseline_train, 7)
+    again = prepare(raw, 7, [ReviewCut(20, 2)])
+    assert split(again.baseline_train, 7) == split(data.baseline_train, 7)
+    # A second cut adds its own pieces, trained at their own token limit.
+    both = prepare(raw, seed=7, cuts=[ReviewCut(20, 2), ReviewCut(60, 1, max_tokens=96)])
+    windows = [e for e in both.train if e.max_tokens == 96]
+    assert len(windows) == 16 and all(e.source == FULL_SOURCE for e in windows)
+    assert len(both.train) == len(data.train) + 16
 
 
 def test_every_source_has_a_held_out_set_and_a_card_line() -> None:
