@@ -47,7 +47,7 @@ help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
 	@echo "make test       lint, type-check and run every test"
 	@echo "make model      build the default model into $(MODEL_DIR)"
-	@echo "make model-full the default model's longer recipe (more steps), same folder"
+	@echo "make model-full the default model's longer recipe (about an hour; meets the accuracy targets), same folder"
 	@echo "make model-multilingual  Chinese + English model (multilingual-e5-small) into $(MULTILINGUAL_DIR)"
 	@echo "make bench      in-process limit vs service vs naive endpoint -> $(BENCH_OUT)"
 	@echo "make bench-overhead  tiny-model serving overhead only: server CPU per request"
@@ -94,7 +94,8 @@ model: $(STAMP)
 	$(PY) -m training build-default --out $(MODEL_DIR)
 	$(export_and_measure)
 
-# The same data and split, trained three times as long: see README, Models, for its time.
+# The same data and split, trained six times as long and also on review windows of the length
+# the service reads: see README, Models, for its figures and time (about an hour on 2 cores).
 model-full: $(STAMP)
 	$(PY) -m training build-default --full --out $(MODEL_DIR)
 	$(export_and_measure)

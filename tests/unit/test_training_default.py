@@ -14,6 +14,7 @@ from training import default_model
 from training.card import render_card
 from training.corpora import Package, download, read_member
 from training.data import Example
+from training.longeval import serving_window
 
 
 def _fake_model(out: Path, recipe: str) -> None:
@@ -111,8 +112,14 @@ def test_download_reuses_an_archive_already_there(tmp_path: Path) -> None:
 def test_full_recipe_trains_longer_and_is_not_taken_for_the_fast_one(tmp_path: Path) -> None:
     fast, full = default_model.recipe(), default_model.recipe(full=True)
     assert full["train"]["max_steps"] > fast["train"]["max_steps"]
-    same = {k: v for k, v in full.items() if k not in ("train", "variant")}
-    assert same == {k: v for k, v in fast.items() if k != "train"}
+    varied = ("train", "variant", "review_cuts")
+    same = {k: v for k, v in full.items() if k not in varied}
+    assert same == {k: v for k, v in fast.items() if k not in varied}
+    # The fast recipe's review chunks, plus windows of the length the service reads.
+    window = serving_window()[0]
+    assert full["review_cuts"][: len(fast["review_cuts"])] == fast["review_cuts"]
+    assert [c["max_tokens"] for c in full["review_cuts"]] == [0, window]
+    assert default_model.review_cuts(full=True)[-1].max_tokens == window
     out = tmp_path / "m"
     _fake_model(out, default_model.recipe_hash(full=True))
     assert default_model.is_current(out, full=True) and not default_model.is_current(out)
