@@ -33,7 +33,7 @@ TEST_FRACTIONS = {"tweets": TEST_FRACTION, "movie-sentences": TEST_FRACTION}
 REVIEW_TEST_FRACTION = 0.2
 SPLIT_RULE = (
     "de-duplicated across sources, then per source: stratified by label (VADER's sentences "
-    "by whole review), training reviews cut into chunks"
+    "by whole review), training reviews cut into pieces"
 )
 # The held-out sets reported side by side: each source belongs to exactly one.
 HELD_OUT_SETS = {
@@ -88,6 +88,11 @@ class ReviewCut:
     words: int
     per_review: int
     max_tokens: int = 0
+
+    def describe(self) -> str:
+        """The cut in words, for the model card."""
+        limit = f"{self.max_tokens} tokens" if self.max_tokens else "the run's max length"
+        return f"{self.per_review} of {self.words} words per review at {limit}"
 
 
 def prepare(raw: Sequence[Example], seed: int, cuts: Sequence[ReviewCut]) -> Prepared:

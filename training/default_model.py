@@ -200,7 +200,7 @@ def build_default(out: Path, data_dir: Path, force: bool = False, full: bool = F
             "recipe": recipe(full),
             "baseline": baseline,
             "split": {
-                "rule": SPLIT_RULE,
+                "rule": f"{SPLIT_RULE} ({'; '.join(c.describe() for c in review_cuts(full))})",
                 "test_fraction": RECIPE["test_fractions"],
                 "seed": SPLIT_SEED,
                 "train": counts(data.baseline_train),

@@ -120,6 +120,11 @@ def test_full_recipe_trains_longer_and_is_not_taken_for_the_fast_one(tmp_path: P
     assert full["review_cuts"][: len(fast["review_cuts"])] == fast["review_cuts"]
     assert [c["max_tokens"] for c in full["review_cuts"]] == [0, window]
     assert default_model.review_cuts(full=True)[-1].max_tokens == window
+    cuts = [c.describe() for c in default_model.review_cuts(full=True)]
+    assert cuts == [
+        "4 of 45 words per review at the run's max length",
+        f"2 of 200 words per review at {window} tokens",
+    ]
     out = tmp_path / "m"
     _fake_model(out, default_model.recipe_hash(full=True))
     assert default_model.is_current(out, full=True) and not default_model.is_current(out)
