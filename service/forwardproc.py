@@ -168,8 +168,11 @@ class ForwardProcess:
         logger.error(
             "the forward process exited (code %s); starting another", self.process.returncode
         )
-        self._start()
+        # Unhealthy until the new child has loaded: `healthy` never speaks for a child that
+        # has not loaded yet, whoever reads it meanwhile.
+        self.healthy = False
         self.restarts += 1
+        self._start()
         try:
             status, value = self._exchange("load", self.load_args)
         except (EOFError, OSError) as exc:
