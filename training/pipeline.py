@@ -198,10 +198,11 @@ def _run(
 
 def encode_rows(tokenizer: Any, rows: Sequence[Example], max_length: int) -> list[list[int]]:
     """Token ids per row, in order: each cut at its own `max_tokens` if set, else `max_length`."""
-    limits = sorted({e.max_tokens or max_length for e in rows})
+    by_limit: dict[int, list[int]] = {}
+    for i, e in enumerate(rows):
+        by_limit.setdefault(e.max_tokens or max_length, []).append(i)
     ids: list[list[int]] = [[] for _ in rows]
-    for limit in limits:
-        idx = [i for i, e in enumerate(rows) if (e.max_tokens or max_length) == limit]
+    for limit, idx in by_limit.items():
         cut = encode_texts(tokenizer, [rows[i].text for i in idx], limit)
         for i, row in zip(idx, cut, strict=True):
             ids[i] = row
