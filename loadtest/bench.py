@@ -192,8 +192,18 @@ def _now() -> str:
 
 def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
     """The tiny-model overhead section, in a Ray of its own (nothing else deployed)."""
+    from service.backends import resolve_backend
+    from service.model import resolve_device
+
     plan = overhead.QUICK if args.quick else overhead.FULL
-    print(f"overhead: tiny model, clients {plan.levels}, {plan.seconds} s each ...", flush=True)
+    backend = args.overhead_backend
+    if backend == "auto":  # what the real model runs on here, as the service would pick it
+        real, _ = resolve_backend(args.backend, args.model_path, resolve_device(args.device))
+        backend = overhead.overhead_backend(real)
+    print(
+        f"overhead: tiny model ({backend}), clients {plan.levels}, {plan.seconds} s each ...",
+        flush=True,
+    )
     return overhead.run(
         args.model_path,
         texts,
@@ -203,6 +213,7 @@ def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
         args.device,
         args.dtype,
         args.overhead_layers,
+        backend,
     )
 
 
@@ -289,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=overhead.LAYERS,
         help="layers of the overhead model (12: a launch-bound forward, like a GPU's)",
+    )
+    parser.add_argument(
+        "--overhead-backend",
+        choices=("auto", *overhead.BACKENDS),
+        default="auto",
+        help="the overhead model's backend (auto: onnx where the real model runs on ONNX "
+        "Runtime here, else torch)",
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")

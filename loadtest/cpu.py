@@ -18,6 +18,7 @@ GROUPS = (
     "SentimentIngress",
     "SentimentModel",
     "NaiveClassifier",
+    "Floor",  # loadtest.floor's deployment
     "ServeController",
     "HAProxyManager",  # the Ray actor that starts and reloads HAProxy
     "ProxyActor",

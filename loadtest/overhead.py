@@ -3,21 +3,28 @@
 A random 2-layer BERT (hidden 64) with the real model's tokenizer, served the way the service
 is served; single-text requests from 1, 64 and 256 keep-alive clients. For each level: requests/s,
 latency, and the CPU every server process spent per request (from /proc, see loadtest.cpu), by
-process group, with the model replica's own CPU split from its forward thread's. Also its
-targets and its part of bench.md.
+process group, with the model replica's own CPU split from its forward thread's; then the same
+levels against Ray Serve's floor (loadtest.floor) in the same Ray. Also its targets and its part
+of bench.md.
+
+The tiny model runs on the backend the real model gets here (`onnx` stands for both ONNX
+Runtime backends). In PyTorch eager a forward of even this model costs ~2.5 ms of Python on a
+slow CPU, ~15x an ONNX Runtime run of it: that is a cost of the torch backend, not of serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, hops, serving
+from loadtest import cpu, floor, hops, serving
 from loadtest.httpload import RunResult, bodies, closed_loop
 from service.encoding import TextEncoder
 
@@ -28,6 +35,8 @@ TORCH_THREADS = 1  # every forward on the `forward` thread, so its CPU is separa
 OVERHEAD_CLIENTS = 64
 SERVER_CPU_MS_PER_REQUEST = 1.0
 MODEL_OWN_CPU_MS_PER_TEXT = 0.1
+ADDED_CPU_MS_PER_REQUEST = 0.1  # what the service may add to Ray Serve's floor
+BACKENDS = ("torch", "onnx")
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,16 @@ def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0, layers: int
     return out
 
 
-def forward_limit(model_path: Path, texts: list[str], device: str, dtype: str) -> float:
+def overhead_backend(real: str) -> str:
+    """The tiny model's backend when the real model runs on `real`: ONNX Runtime for either
+    ONNX backend (INT8 costs the tiny model what FP32 does), else torch (a GPU's TensorRT
+    engine would be built for a model that serves nothing)."""
+    return "onnx" if real.startswith("onnx") else "torch"
+
+
+def forward_limit(
+    model_path: Path, texts: list[str], device: str, dtype: str, backend: str = "torch"
+) -> float:
     """Texts/s of the model's forwards alone: tokenized up front, length-sorted micro-batches
     at the service's default budget, one torch thread; best of three passes."""
     import torch
@@ -83,7 +101,7 @@ def forward_limit(model_path: Path, texts: list[str], device: str, dtype: str) -
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
-        model = SentimentModel.load(model_path, device=device, dtype=dtype)
+        model = SentimentModel.load(model_path, device=device, dtype=dtype, backend=backend)
         ids = [e.ids for e in model.encode(texts)]
         config = BatchConfig()
         measured = calibrate(model, config.micro_batch_tokens).overhead_tokens
@@ -136,7 +154,7 @@ def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str,
 
 
 async def measure(
-    url: str, payloads: list[tuple[bytes, int]], plan: OverheadPlan
+    url: str, payloads: list[tuple[bytes, int]], plan: OverheadPlan, label: str = "overhead"
 ) -> list[dict[str, Any]]:
     """Each level: a warm-up, then a measured closed loop bracketed by /proc snapshots."""
     rows = []
@@ -149,7 +167,7 @@ async def measure(
         row = level_row(c, result, used)
         rows.append(row)
         print(
-            f"overhead c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"
+            f"{label} c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"
             f"  server CPU {row['server_cpu_ms_per_request']} ms/request  errors {result.errors}",
             flush=True,
         )
@@ -165,16 +183,30 @@ def run(
     device: str,
     dtype: str,
     layers: int = LAYERS,
+    backend: str = "torch",
 ) -> dict[str, Any]:
-    """Build the tiny model, measure its forward limit, serve it, load it; the JSON section."""
+    """Build the tiny model, measure its forward limit, serve it, load it and Ray Serve's
+    floor beside it; the JSON section."""
     tiny = build_tiny_model(tokenizer_from, Path(tempfile.mkdtemp()) / "tiny-overhead", 0, layers)
-    limit = forward_limit(tiny, texts, device, dtype)
-    print(f"overhead: tiny model forward-only limit {limit:.0f} texts/s", flush=True)
+    if backend == "onnx":
+        from service.export import export_onnx
+
+        export_onnx(tiny)
+    limit = forward_limit(tiny, texts, device, dtype, backend)
+    print(f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s", flush=True)
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
+    settings = settings.model_copy(update={"backend": backend})
+    payloads = bodies(texts, 1)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
-        rows = asyncio.run(measure(url, bodies(texts, 1), plan))
+        served = _served_backend(url.replace("/v1/classify", "/readyz"))
+        rows = asyncio.run(measure(url, payloads, plan))
+        floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX))
+        floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
+        floor.remove()
         encoder = TextEncoder.load(tiny, settings.max_seq_len)
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
+    for row, under in zip(rows, floor_rows, strict=True):
+        row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
     return {
         "model": {
             "layers": layers,
@@ -186,81 +218,25 @@ def run(
         },
         "plan": asdict(plan),
         "torch_threads": TORCH_THREADS,
+        "backend": backend,
+        "served_backend": served,  # as the service's /readyz reports it
         "ingress": ingress,
         "ingress_replicas": ingress_replicas,
         "forward_limit_texts_per_s": round(limit, 1),
         "levels": rows,
+        "floor_levels": floor_rows,
         "hops": hop,
     }
 
 
-def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Server CPU per request and the model replica's own CPU per text, at 64 clients."""
-    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
-    # Without a SentimentModel process the model replica's figure means nothing.
-    has_model = MODEL_GROUP in row["groups"]
-    server, own = row["server_cpu_ms_per_request"], row["model_replica_cpu_ms_per_text"]
-    c = row["concurrency"]
-    return [
-        {
-            "name": f"server CPU ms per request, {c} clients",
-            "value": server,
-            "goal": SERVER_CPU_MS_PER_REQUEST,
-            "met": server is not None and server <= SERVER_CPU_MS_PER_REQUEST and not row["errors"],
-        },
-        {
-            "name": f"model replica CPU ms per text (excl. forward), {c} clients",
-            "value": own if has_model else None,
-            "goal": MODEL_OWN_CPU_MS_PER_TEXT,
-            "met": has_model and own is not None and own <= MODEL_OWN_CPU_MS_PER_TEXT,
-        },
-    ]
-
-
-def report_lines(section: dict[str, Any]) -> list[str]:
-    """The overhead run: one row per client count, the 64-client breakdown, the targets."""
-    m, plan = section["model"], section["plan"]
-    lines = [
-        f"Serving overhead: a random BERT ({m['layers']} layers, hidden {m['hidden']}, "
-        f"{m['heads']} heads, intermediate {m['intermediate']}) with the {m['tokenizer']} "
-        f"tokenizer, {section['torch_threads']} torch thread; single-text requests from "
-        f"keep-alive clients, closed loop, {plan['seconds']} s per level after "
-        f"{plan['warmup_s']} s warm-up. Server CPU is every server process (Ray, replicas, "
-        "HAProxy; not the load generator), read from /proc over the measured window.",
-        f"In-process forward-only limit of this model: "
-        f"**{section['forward_limit_texts_per_s']:.0f} texts/s**.",
-        "",
-        "| clients | requests/s | p50 ms | p99 ms | server CPU ms/request | model replica CPU "
-        "ms/text (excl. forward) | forward CPU ms/text | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in section["levels"]:
-        lines.append(
-            f"| {r['concurrency']} | {r['requests_per_s']:.1f} | {r['p50_ms']:.1f} | "
-            f"{r['p99_ms']:.1f} | {_num(r['server_cpu_ms_per_request'])} | "
-            f"{_num(r['model_replica_cpu_ms_per_text'])} | "
-            f"{_num(r['forward_cpu_ms_per_text'])} | {r['errors']} |"
-        )
-    if "hops" in section:
-        lines += ["", *hops.report_lines(section["hops"])]
-    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
-    lines += [
-        "",
-        f"Server CPU by process group at {row['concurrency']} clients (the model replica's "
-        "includes its forward thread):",
-        "",
-        "| process group | processes | CPU ms/request |",
-        "|---|---:|---:|",
-    ]
-    groups = sorted(row["groups"].items(), key=lambda g: -(g[1]["cpu_ms_per_request"] or 0))
-    for name, g in groups:
-        lines.append(f"| {name} | {g['processes']} | {_num(g['cpu_ms_per_request'])} |")
-    lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|"]
-    for t in section["targets"]:
-        met = "yes" if t["met"] else "NO"
-        lines.append(f"| {t['name']} | {_num(t['value'])} | {t['goal']} | {met} |")
-    return lines
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+def _served_backend(readyz: str, wait_s: float = 30.0) -> str | None:
+    """The backend the running service reports, once it is ready (None if it never is)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(readyz, timeout=5) as response:
+                backend: str = json.loads(response.read())["backend"]
+                return backend
+        except OSError:
+            time.sleep(0.5)
+    return None

@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from loadtest import overhead
+from loadtest import overheadreport
 
 # The targets the service is held to (single-text c=64, multi-text, latency at half load).
 SINGLE_VS_LIMIT = 0.85
@@ -118,7 +118,7 @@ def markdown(results: dict[str, Any]) -> str:
     if "runs" in results:
         lines += ["", *_model_lines(results)]
     if "overhead" in results:
-        lines += ["", *overhead.report_lines(results["overhead"])]
+        lines += ["", *overheadreport.report_lines(results["overhead"])]
     return "\n".join(lines) + "\n"
 
 
@@ -219,7 +219,7 @@ def write_reports(results: dict[str, Any], out: Path) -> str:
         add_ratios(results)
         results["targets"] = targets(results)
     if "overhead" in results:
-        results["overhead"]["targets"] = overhead.targets(results["overhead"])
+        results["overhead"]["targets"] = overheadreport.targets(results["overhead"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)

@@ -28,6 +28,7 @@ _state: dict[str, int] = {}
 
 
 SERVICE_APP = "bench-overhead"  # the application `local_service` runs
+CLASSIFY_SUFFIX = "/service/v1/classify"  # a local service's classify URL after its base
 
 
 def default_ingress_replicas() -> int:
@@ -180,7 +181,7 @@ def local_apps(
             ray_actor_options={"num_cpus": naive_cpus, "num_gpus": gpus}
         ).bind(str(model_path.resolve()), threads, device, dtype)
         serve.run(naive, name="bench-naive", route_prefix="/naive")
-        yield {"service": f"{base}/service/v1/classify", "naive": f"{base}/naive"}
+        yield {"service": f"{base}{CLASSIFY_SUFFIX}", "naive": f"{base}/naive"}
 
 
 @contextmanager
@@ -192,7 +193,7 @@ def local_service(settings: Settings, ingress: str, ingress_replicas: int) -> It
 
     with ray_serve(ingress, _cpus_needed(settings, ingress_replicas)) as base:
         serve.run(app_for(settings), name=SERVICE_APP, route_prefix="/service")
-        yield f"{base}/service/v1/classify"
+        yield f"{base}{CLASSIFY_SUFFIX}"
 
 
 def metrics_port() -> int:

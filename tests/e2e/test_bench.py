@@ -19,8 +19,10 @@ pytestmark = pytest.mark.slow
 
 def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench"
+    # The overhead model on ONNX Runtime, as it runs wherever the real model does (the
+    # limit and the service keep torch: this tiny model has no measured export).
     cmd = [sys.executable, "-m", "loadtest.bench", "--quick", "--model-path",
-           str(tiny_model_dir), "--out", str(out)]  # fmt: skip
+           str(tiny_model_dir), "--out", str(out), "--overhead-backend", "onnx"]  # fmt: skip
     # The layout with every part (two processes, the handle hops); a small machine's default
     # would be co-located (service.settings.local_layout).
     env = {**os.environ, "SENTIMENT_LAYOUT": "two-tier"}
@@ -76,9 +78,24 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         assert {"SentimentIngress", "SentimentModel"} <= set(r["groups"]), r["groups"]
         total = sum(g["cpu_ms_per_request"] for g in r["groups"].values())
         assert abs(total - r["server_cpu_ms_per_request"]) < 0.01 + 0.01 * total
-    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1]
+    assert section["backend"] == section["served_backend"] == "onnx"
+    # Ray Serve's floor, at the same levels in the same run: only its deployment answered.
+    floors = section["floor_levels"]
+    assert [f["concurrency"] for f in floors] == section["plan"]["levels"]
+    for r, f in zip(section["levels"], floors, strict=True):
+        assert f["requests"] > 0 and f["errors"] == 0, f
+        assert f["groups"]["Floor"]["cpu_ms_per_request"] > 0, f["groups"]
+        assert (
+            "SentimentIngress" not in f["groups"]
+            or f["groups"]["SentimentIngress"]["cpu_ms_per_request"]
+            < r["groups"]["SentimentIngress"]["cpu_ms_per_request"]
+        )
+        added = r["server_cpu_ms_per_request"] - f["server_cpu_ms_per_request"]
+        assert abs(r["added_to_floor_cpu_ms_per_request"] - added) < 0.002
+    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1]
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
-    assert table.count("\n| 256 | ") == 1
+    assert "Ray Serve's floor in the same Ray and run" in table
+    assert table.count("\n| 256 | ") == 2  # the service's table and the floor's
     # The one-client latency breakdown: every hop measured and shown.
     hops = section["hops"]
     assert hops["calls_each"] > 0

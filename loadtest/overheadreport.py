@@ -1,0 +1,115 @@
+"""The tiny-model overhead run's targets and its part of bench.md (see loadtest.overhead)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtest import hops
+from loadtest.overhead import (
+    ADDED_CPU_MS_PER_REQUEST,
+    MODEL_GROUP,
+    MODEL_OWN_CPU_MS_PER_TEXT,
+    OVERHEAD_CLIENTS,
+    SERVER_CPU_MS_PER_REQUEST,
+)
+
+
+def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Server CPU per request and the model replica's own CPU per text, at 64 clients."""
+    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    # Without a SentimentModel process the model replica's figure means nothing.
+    has_model = MODEL_GROUP in row["groups"]
+    server, own = row["server_cpu_ms_per_request"], row["model_replica_cpu_ms_per_text"]
+    added = row.get("added_to_floor_cpu_ms_per_request")
+    c = row["concurrency"]
+    return [
+        {
+            "name": f"server CPU ms per request, {c} clients",
+            "value": server,
+            "goal": SERVER_CPU_MS_PER_REQUEST,
+            "met": server is not None and server <= SERVER_CPU_MS_PER_REQUEST and not row["errors"],
+        },
+        {
+            "name": f"model replica CPU ms per text (excl. forward), {c} clients",
+            "value": own if has_model else None,
+            "goal": MODEL_OWN_CPU_MS_PER_TEXT,
+            "met": has_model and own is not None and own <= MODEL_OWN_CPU_MS_PER_TEXT,
+        },
+        {
+            "name": f"server CPU ms per request added to Ray Serve's floor, {c} clients",
+            "value": added,
+            "goal": ADDED_CPU_MS_PER_REQUEST,
+            "met": added is not None and added <= ADDED_CPU_MS_PER_REQUEST and not row["errors"],
+        },
+    ]
+
+
+def report_lines(section: dict[str, Any]) -> list[str]:
+    """The overhead run: one row per client count, the 64-client breakdown, the targets."""
+    m, plan = section["model"], section["plan"]
+    lines = [
+        f"Serving overhead: a random BERT ({m['layers']} layers, hidden {m['hidden']}, "
+        f"{m['heads']} heads, intermediate {m['intermediate']}) with the {m['tokenizer']} "
+        f"tokenizer, {section['torch_threads']} torch thread, backend "
+        f"{section.get('backend', 'torch')}; single-text requests from "
+        f"keep-alive clients, closed loop, {plan['seconds']} s per level after "
+        f"{plan['warmup_s']} s warm-up. Server CPU is every server process (Ray, replicas, "
+        "HAProxy; not the load generator), read from /proc over the measured window.",
+        f"In-process forward-only limit of this model: "
+        f"**{section['forward_limit_texts_per_s']:.0f} texts/s**.",
+        "",
+        "| clients | requests/s | p50 ms | p99 ms | server CPU ms/request | model replica CPU "
+        "ms/text (excl. forward) | forward CPU ms/text | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in section["levels"]:
+        lines.append(
+            f"| {r['concurrency']} | {r['requests_per_s']:.1f} | {r['p50_ms']:.1f} | "
+            f"{r['p99_ms']:.1f} | {_num(r['server_cpu_ms_per_request'])} | "
+            f"{_num(r['model_replica_cpu_ms_per_text'])} | "
+            f"{_num(r['forward_cpu_ms_per_text'])} | {r['errors']} |"
+        )
+    if "floor_levels" in section:
+        lines += ["", *_floor_lines(section)]
+    if "hops" in section:
+        lines += ["", *hops.report_lines(section["hops"])]
+    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    lines += [
+        "",
+        f"Server CPU by process group at {row['concurrency']} clients (the model replica's "
+        "includes its forward thread):",
+        "",
+        "| process group | processes | CPU ms/request |",
+        "|---|---:|---:|",
+    ]
+    groups = sorted(row["groups"].items(), key=lambda g: -(g[1]["cpu_ms_per_request"] or 0))
+    for name, g in groups:
+        lines.append(f"| {name} | {g['processes']} | {_num(g['cpu_ms_per_request'])} |")
+    lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|"]
+    for t in section["targets"]:
+        met = "yes" if t["met"] else "NO"
+        lines.append(f"| {t['name']} | {_num(t['value'])} | {t['goal']} | {met} |")
+    return lines
+
+
+def _floor_lines(section: dict[str, Any]) -> list[str]:
+    """The floor beside the service, level by level."""
+    lines = [
+        "Ray Serve's floor in the same Ray and run: a deployment that answers a constant JSON "
+        "body, the same bodies and clients (loadtest/floor.py).",
+        "",
+        "| clients | floor requests/s | floor p50 ms | floor p99 ms | floor server CPU "
+        "ms/request | service adds, ms/request |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r, f in zip(section["levels"], section["floor_levels"], strict=True):
+        lines.append(
+            f"| {f['concurrency']} | {f['requests_per_s']:.1f} | {f['p50_ms']:.1f} | "
+            f"{f['p99_ms']:.1f} | {_num(f['server_cpu_ms_per_request'])} | "
+            f"{_num(r.get('added_to_floor_cpu_ms_per_request'))} |"
+        )
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
