@@ -54,8 +54,11 @@ def add_ratios(results: dict[str, Any]) -> None:
         for r in results["runs"]
         if r["target"] == "naive"
     }
+    limit_cpu = results["limit"].get("cpu_ms_per_text")  # runs saved before it have none
     for r in results["runs"]:
         r["vs_limit"] = round(r["texts_per_s"] / limit, 3) if limit else None
+        cpu = r.get("server_cpu_ms_per_text")
+        r["cpu_vs_limit"] = round(cpu / limit_cpu, 2) if cpu and limit_cpu else None
         base = naive.get((r["texts_per_request"], r["concurrency"]))
         r["vs_naive"] = round(r["texts_per_s"] / base, 2) if base else None
 
@@ -137,6 +140,18 @@ def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _limit_cpu_lines(limit: dict[str, Any]) -> list[str]:
+    """What a text cost the limit in CPU: the baseline of each run's `CPU vs limit`."""
+    cpu = limit.get("cpu_ms_per_text")
+    if cpu is None:
+        return []
+    busy = cpu * limit["texts_per_s"] / 1000
+    return [
+        f"The limit's best run spent {cpu:.3f} ms of CPU per text (every thread of its process, "
+        f"{busy:.2f} cores busy); `CPU vs limit` is each run's server CPU per text over it."
+    ]
+
+
 def _model_lines(results: dict[str, Any]) -> list[str]:
     model, limit = results["model"], results["limit"]
     lines = [
@@ -147,20 +162,23 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
         f"micro-batch budget {limit['micro_batch_tokens']} tokens; the service ran with "
         f"budget {results['service_micro_batch_tokens']}.",
         *_at_a_time_lines(results),
+        *_limit_cpu_lines(limit),
         "",
         "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
-        "| vs limit | vs naive | server CPU ms/text | model replica cores busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs limit | vs naive | server CPU ms/text | CPU vs limit | model replica cores busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(results["runs"], key=lambda r: (r["texts_per_request"], r["concurrency"])):
         vs_naive = f"{r['vs_naive']:.2f}x" if r["target"] == "service" and r["vs_naive"] else ""
         # Runs saved before the CPU figures existed have none.
         busy = r.get("model_replica_busy_cores") if r["target"] == "service" else None
+        cpu_ratio = r.get("cpu_vs_limit")
         lines.append(
             f"| {r['target']} | {r['texts_per_request']} | {r['concurrency']} | "
             f"{r['texts_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
             f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} | "
-            f"{r.get('server_cpu_ms_per_text', '')} | {'' if busy is None else busy} |"
+            f"{r.get('server_cpu_ms_per_text', '')} | "
+            f"{'' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} | {'' if busy is None else busy} |"
         )
     half = results["half_load"]
     lines += [

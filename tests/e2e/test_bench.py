@@ -30,7 +30,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
     assert doc["layout"] == "two-tier"
-    assert doc["limit"]["texts_per_s"] > 0
+    assert doc["limit"]["texts_per_s"] > 0 and doc["limit"]["cpu_ms_per_text"] > 0
     # The limit with only as many texts known as the top single-text level keeps in flight.
     grouped = doc["limit"]["at_a_time"]
     assert grouped["texts"] == max(doc["plan"]["singles"])
@@ -45,6 +45,10 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert r["requests"] > 0 and r["texts_per_s"] > 0
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert r["vs_limit"] > 0
+        # Server CPU per text over the limit's, both read in this run.
+        assert r["cpu_vs_limit"] == round(
+            r["server_cpu_ms_per_text"] / doc["limit"]["cpu_ms_per_text"], 2
+        )
     assert all(r["vs_naive"] > 0 for r in runs.values() if r["target"] == "service")
     for r in runs.values():  # where each run's server CPU went, read from /proc
         assert r["server_cpu_ms_per_text"] > 0, r
@@ -60,6 +64,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "limit:" in proc.stdout and "half load:" in proc.stdout
     assert f"With only {grouped['texts']} texts known at a time" in table
+    assert "The limit's best run spent" in table and "| CPU vs limit |" in table
     _check_overhead(doc["overhead"], table)
     assert "overhead c=256" in proc.stdout
 
