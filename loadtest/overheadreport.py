@@ -70,7 +70,7 @@ def report_lines(section: dict[str, Any]) -> list[str]:
             f"{_num(r['forward_cpu_ms_per_text'])} | {r['errors']} |"
         )
     if "floor_levels" in section:
-        lines += ["", *_floor_lines(section)]
+        lines += ["", *_floor_lines(section), "", _split_line(section)]
     if "hops" in section:
         lines += ["", *hops.report_lines(section["hops"])]
     row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
@@ -109,6 +109,29 @@ def _floor_lines(section: dict[str, Any]) -> list[str]:
             f"{_num(r.get('added_to_floor_cpu_ms_per_request'))} |"
         )
     return lines
+
+
+def _split_line(section: dict[str, Any]) -> str:
+    """What the service adds to the floor, split into the model's own forwards (at their
+    in-process limit: a lower bound, the served ones are smaller batches) and the rest."""
+    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    added = row.get("added_to_floor_cpu_ms_per_request")
+    model = model_ms_per_text(section)
+    if added is None or model is None:
+        return "The floor or the model's limit was not measured: no split of what is added."
+    return (
+        f"Of the {added:.3f} ms the service adds at {row['concurrency']} clients, the model's "
+        f"own forwards cost at least {model:.3f} ms per text (one thread at its in-process "
+        f"limit); the request path itself costs at most {added - model:.3f} ms."
+    )
+
+
+def model_ms_per_text(section: dict[str, Any]) -> float | None:
+    """CPU per text of the model's forwards in-process: the limit runs on one thread."""
+    limit = section.get("forward_limit_texts_per_s")
+    if not limit or section.get("torch_threads") != 1:
+        return None
+    return round(1000.0 / float(limit), 3)
 
 
 def _num(value: float | None) -> str:

@@ -85,7 +85,10 @@ class ModelMetrics:
             LATENCY_BUCKETS_S,
         )
         self.forward = _hist(
-            "forward_seconds", "Time of one forward pass (one micro-batch).", LATENCY_BUCKETS_S
+            "forward_seconds",
+            "Time of one forward pass (one micro-batch), by where it ran (on: thread, event_loop).",
+            LATENCY_BUCKETS_S,
+            ("on",),
         )
         self.batch_texts = _hist(
             "batch_texts", "Texts in one dynamic batch (across calls and ingresses).", TEXTS_BUCKETS

@@ -34,7 +34,8 @@ from service.faults import with_faults
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.health import Watchdog
 from service.metrics import ModelMetrics
-from service.model import SentimentModel, dtype_name, resolve_device
+from service.model import dtype_name
+from service.placement import inline_limit_s, load_model
 from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings
 
@@ -117,6 +118,11 @@ class ModelCore:
         )
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
+        self.inline_max_s = inline_limit_s(s, self.model)
+        if self.calibration and self.calibration.fixed_s < self.inline_max_s:
+            found = self.calibration
+            tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
+            logger.info("forwards up to ~%d padded tokens run on the event loop", tokens)
         if s.fault_crash_min_tokens is not None:  # after the warm-up, as the other faults
             if not isinstance(self.model, ForwardProcess):  # it would kill this replica
                 raise ValueError("fault_crash_min_tokens needs forward_in=process")
@@ -152,6 +158,7 @@ class ModelCore:
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
+            "inline_forward_ms": self.inline_max_s * 1e3,
         }
 
     async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
@@ -190,24 +197,42 @@ class ModelCore:
             texts = live[group]
             calls = owner[texts]
             rows = [jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)]
-            out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
+            group_lengths = lengths[texts].tolist()
+            inline = self._runs_inline(group_lengths)
+            if inline:
+                out, ok, seconds = self.forward(rows)
+            else:
+                out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, calls, 1)
-            group_lengths = lengths[texts].tolist()
             self.metrics.forward_texts.observe(len(texts))
             self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
             self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
-            self.metrics.forward.observe(seconds)
+            self.metrics.forward.observe(seconds, tags={"on": "event_loop" if inline else "thread"})
             finished = np.flatnonzero((left == 0) & (before > 0))
             if len(finished):
                 yield answers(finished)
+            if inline:  # let the loop read new requests and send answers between forwards
+                await asyncio.sleep(0)
 
     def _forward(self, rows: list[npt.NDArray[np.int32]]) -> tuple[Probs, float]:
         """One forward pass on the forward thread; returns probabilities and its duration."""
         t0 = time.perf_counter()
         out: Probs = self.model.predict(rows).numpy()
         return out, time.perf_counter() - t0
+
+    def _runs_inline(self, lengths: list[int]) -> bool:
+        """Whether the calibrated cost of a forward of `lengths` is within the inline limit.
+
+        Handing a forward to the forward thread and back (a future, two thread wake-ups)
+        costs about 0.1-0.2 ms of CPU on a slow core: as much as a tiny model's whole
+        forward, so those run on the loop (docs/benchmarks.md "Forwards on the event loop").
+        """
+        found = self.calibration
+        if found is None or self.inline_max_s <= 0:
+            return False
+        return found.fixed_s + found.per_token_s * padded_cost(lengths) <= self.inline_max_s
 
     def _overhead(self) -> int:
         measured = self.calibration.overhead_tokens if self.calibration else None
@@ -248,28 +273,3 @@ class ModelCore:
         model = getattr(self, "model", None)
         if isinstance(model, ForwardProcess):  # else it exits on its own when this process does
             model.close()
-
-
-def forwards_in_process(settings: Settings) -> bool:
-    """`auto`: a child process on a GPU, a thread on the CPU (see service.forwardproc)."""
-    if settings.forward_in != "auto":
-        return settings.forward_in == "process"
-    return resolve_device(settings.device).type == "cuda"
-
-
-def load_model(settings: Settings) -> SentimentModel | ForwardProcess:
-    """The model, here or in a forward process, as `settings.forward_in` says."""
-    s = settings
-    load: dict[str, Any] = {
-        "path": s.model_path,
-        "device": s.device,
-        "dtype": s.dtype,
-        "max_length": s.max_seq_len,
-        "name": s.model_name,
-        "allow_pickle": s.allow_pickle,
-        "backend": s.backend,
-        "max_rows": max(1, s.batch.micro_batch_tokens // 8),
-    }
-    if forwards_in_process(s):
-        return ForwardProcess(load, s.torch_threads)
-    return SentimentModel.load(**load)

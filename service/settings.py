@@ -102,6 +102,13 @@ class Settings(BaseSettings):
         "with a GIL of its own (auto: the process on a GPU, where a forward is launch-bound "
         "Python that a busy event loop slows down).",
     )
+    inline_forward_ms: float = Field(
+        3.0,
+        ge=0.0,
+        le=10.0,
+        description="A forward the warm-up predicts to take at most this long runs on the event "
+        "loop instead of the forward thread (0: never); forwards in a thread only.",
+    )
     warmup: bool = Field(True, description="Run every shape bucket once before /readyz is ready.")
 
     host: str = "127.0.0.1"

@@ -39,3 +39,7 @@ def test_auto_serves_the_measured_fastest_backend(
             cluster.metric("ray_sentiment_model_info", application="int8", backend="onnx-int8") == 1
         )
     )
+    # A forward of this model costs a fraction of a millisecond: it ran on the event loop.
+    assert ready["inline_forward_ms"] > 0
+    forwards = "ray_sentiment_forward_seconds_count"
+    cluster.wait_for(lambda: cluster.metric(forwards, application="int8", on="event_loop") >= 1)
