@@ -227,7 +227,7 @@ class ModelCore:
 
         Handing a forward to the forward thread and back (a future, two thread wake-ups)
         costs about 0.1-0.2 ms of CPU on a slow core: as much as a tiny model's whole
-        forward, so those run on the loop (docs/benchmarks.md "Forwards on the event loop").
+        forward, so those run on the loop (README "Forwards on the event loop").
         """
         found = self.calibration
         if found is None or self.inline_max_s <= 0:
