@@ -103,6 +103,10 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
     assert "Ray Serve's floor in the same Ray and run" in table
     assert table.count("\n| 256 | ") == 2  # the service's table and the floor's
+    # What the service adds, split into the model's forwards (one thread at its limit) and
+    # the request path.
+    model_ms = round(1000.0 / section["forward_limit_texts_per_s"], 3)
+    assert f"the model's own forwards cost at least {model_ms:.3f} ms per text" in table
     # The one-client latency breakdown: every hop measured and shown.
     hops = section["hops"]
     assert hops["calls_each"] > 0
