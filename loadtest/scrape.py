@@ -124,6 +124,8 @@ class ServerWatch:
             "queue_wait_p50_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.5)),
             "queue_wait_p99_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.99)),
             "forward_p99_ms": ms(bucket_quantile(a, b, P + "forward_seconds", 0.99)),
+            # Forwards on the event loop or the forward thread (service.placement).
+            "forwards_by_place": diff_by(P + "forward_seconds_count", "on"),
             "requests_by_status": diff_by(P + "requests_total", "status"),
             "rejections_by_reason": diff_by(P + "rejections_total", "reason"),
             "pending_texts_max": self.peaks.get("pending_texts", 0.0),

@@ -39,6 +39,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{s['texts_per_batch']} per dynamic batch; padding ratio ~{s['padding_ratio_mean']}; "
             f"queue wait p50 {s['queue_wait_p50_ms']} ms, p99 {s['queue_wait_p99_ms']} ms; "
             f"forward p99 {s['forward_p99_ms']} ms; "
+            f"forwards by where they ran {s.get('forwards_by_place') or 'none'}; "
             f"max pending texts {s['pending_texts_max']:.0f}; "
             f"GPU memory peak {s['gpu_memory_peak_bytes_max'] / 2**20:.0f} MiB; "
             f"rejections {s['rejections_by_reason'] or 'none'}."

@@ -25,6 +25,14 @@ ray_sentiment_texts_total{{{R}}} {texts}
 ray_sentiment_forward_texts_bucket{{{R},le="+Inf"}} {forwards}
 ray_sentiment_forward_texts_count{{{R}}} {forwards}
 ray_sentiment_forward_texts_sum{{{R}}} {texts}
+# HELP ray_sentiment_forward_seconds forward time, by where it ran
+# TYPE ray_sentiment_forward_seconds histogram
+ray_sentiment_forward_seconds_bucket{{{R},on="event_loop",le="+Inf"}} {forwards - forwards // 5}
+ray_sentiment_forward_seconds_count{{{R},on="event_loop"}} {forwards - forwards // 5}
+ray_sentiment_forward_seconds_sum{{{R},on="event_loop"}} 0.5
+ray_sentiment_forward_seconds_bucket{{{R},on="thread",le="+Inf"}} {forwards // 5}
+ray_sentiment_forward_seconds_count{{{R},on="thread"}} {forwards // 5}
+ray_sentiment_forward_seconds_sum{{{R},on="thread"}} 0.5
 # HELP ray_sentiment_batch_texts texts per batch
 # TYPE ray_sentiment_batch_texts histogram
 ray_sentiment_batch_texts_bucket{{{R},le="+Inf"}} {forwards}
@@ -85,6 +93,7 @@ def test_watch_reports_differences_over_the_window(endpoint: tuple[str, list[str
     assert s["texts_answered"] == 300
     assert s["texts_per_forward"] == 30.0  # 300 texts over 10 forwards
     assert s["rejections_by_reason"] == {"overloaded": 3.0}
+    assert s["forwards_by_place"] == {"event_loop": 8.0, "thread": 2.0}  # 10 more forwards
     assert s["queue_wait_p50_ms"] is not None and s["queue_wait_p50_ms"] <= 10.0
     assert 10.0 < s["queue_wait_p99_ms"] <= 100.0
     assert s["pending_texts_max"] == max(100 % 7, 400 % 7)  # a gauge: the highest seen
