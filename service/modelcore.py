@@ -34,7 +34,7 @@ from service.faults import with_faults
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.health import Watchdog
 from service.metrics import ModelMetrics
-from service.model import dtype_name
+from service.model import PAD_MULTIPLE, dtype_name
 from service.placement import inline_limit_s, load_model
 from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings
@@ -119,7 +119,7 @@ class ModelCore:
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
-        if self.calibration and self.calibration.fixed_s < self.inline_max_s:
+        if self.calibration and self._runs_inline([PAD_MULTIPLE]):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
             logger.info("forwards up to ~%d padded tokens run on the event loop", tokens)
