@@ -16,7 +16,7 @@ from loadtest.overhead import (
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Server CPU per request and the model replica's own CPU per text, at 64 clients."""
-    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    row = _headline_row(section)
     # Without a SentimentModel process the model replica's figure means nothing.
     has_model = MODEL_GROUP in row["groups"]
     server, own = row["server_cpu_ms_per_request"], row["model_replica_cpu_ms_per_text"]
@@ -73,7 +73,7 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
     if "hops" in section:
         lines += ["", *hops.report_lines(section["hops"])]
-    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    row = _headline_row(section)
     lines += [
         "",
         f"Server CPU by process group at {row['concurrency']} clients (the model replica's "
@@ -114,9 +114,9 @@ def _floor_lines(section: dict[str, Any]) -> list[str]:
 def _split_line(section: dict[str, Any]) -> str:
     """What the service adds to the floor, split into the model's own forwards (at their
     in-process limit: a lower bound, the served ones are smaller batches) and the rest."""
-    row = min(section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
+    row = _headline_row(section)
     added = row.get("added_to_floor_cpu_ms_per_request")
-    model = model_ms_per_text(section)
+    model = _model_ms_per_text(section)
     if added is None or model is None:
         return "The floor or the model's limit was not measured: no split of what is added."
     return (
@@ -126,12 +126,20 @@ def _split_line(section: dict[str, Any]) -> str:
     )
 
 
-def model_ms_per_text(section: dict[str, Any]) -> float | None:
+def _model_ms_per_text(section: dict[str, Any]) -> float | None:
     """CPU per text of the model's forwards in-process: the limit runs on one thread."""
     limit = section.get("forward_limit_texts_per_s")
     if not limit or section.get("torch_threads") != 1:
         return None
     return round(1000.0 / float(limit), 3)
+
+
+def _headline_row(section: dict[str, Any]) -> dict[str, Any]:
+    """The level the targets are read at: the one nearest OVERHEAD_CLIENTS."""
+    row: dict[str, Any] = min(
+        section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS)
+    )
+    return row
 
 
 def _num(value: float | None) -> str:

@@ -35,6 +35,10 @@ class Calibration:
             return None
         return round(self.fixed_s / self.per_token_s)
 
+    def seconds(self, tokens: int) -> float:
+        """The predicted time of a forward that computes `tokens` padded tokens."""
+        return self.fixed_s + self.per_token_s * tokens
+
 
 def fit(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares line `seconds = fixed + per_token * tokens` through (tokens, seconds);

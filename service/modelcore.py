@@ -119,7 +119,7 @@ class ModelCore:
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
-        if self.calibration and self._runs_inline([PAD_MULTIPLE]):  # the smallest forward
+        if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
             logger.info("forwards up to ~%d padded tokens run on the event loop", tokens)
@@ -198,7 +198,8 @@ class ModelCore:
             calls = owner[texts]
             rows = [jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)]
             group_lengths = lengths[texts].tolist()
-            inline = self._runs_inline(group_lengths)
+            padded = padded_cost(group_lengths)
+            inline = self._runs_inline(padded)
             if inline:
                 out, ok, seconds = self.forward(rows)
             else:
@@ -207,7 +208,7 @@ class ModelCore:
             before = left.copy()
             np.subtract.at(left, calls, 1)
             self.metrics.forward_texts.observe(len(texts))
-            self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
+            self.metrics.forward_padded_tokens.observe(padded)
             self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
             self.metrics.forward.observe(seconds, tags={"on": "event_loop" if inline else "thread"})
             finished = np.flatnonzero((left == 0) & (before > 0))
@@ -222,8 +223,9 @@ class ModelCore:
         out: Probs = self.model.predict(rows).numpy()
         return out, time.perf_counter() - t0
 
-    def _runs_inline(self, lengths: list[int]) -> bool:
-        """Whether the calibrated cost of a forward of `lengths` is within the inline limit.
+    def _runs_inline(self, padded_tokens: int) -> bool:
+        """Whether the calibrated cost of a forward of `padded_tokens` is within the inline
+        limit.
 
         Handing a forward to the forward thread and back (a future, two thread wake-ups)
         costs about 0.1-0.2 ms of CPU on a slow core: as much as a tiny model's whole
@@ -232,7 +234,7 @@ class ModelCore:
         found = self.calibration
         if found is None or self.inline_max_s <= 0:
             return False
-        return found.fixed_s + found.per_token_s * padded_cost(lengths) <= self.inline_max_s
+        return found.seconds(padded_tokens) <= self.inline_max_s
 
     def _overhead(self) -> int:
         measured = self.calibration.overhead_tokens if self.calibration else None

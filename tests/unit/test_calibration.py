@@ -17,6 +17,7 @@ def test_fit_recovers_a_line() -> None:
     assert fixed == pytest.approx(0.004)
     assert per_token == pytest.approx(2e-6)
     assert Calibration(fixed, per_token, 4).overhead_tokens == 2000
+    assert Calibration(fixed, per_token, 4).seconds(1000) == pytest.approx(0.006)
 
 
 def test_fit_never_goes_negative() -> None:
