@@ -108,6 +108,11 @@ class ModelMetrics:
             "forward process died); each is retried in halves (a crash: text by text).",
             tag_keys=("reason",),
         )
+        self.int8_rechecked = Counter(
+            PREFIX + "int8_rechecked_texts",
+            description="Texts whose INT8 answer was too close to call and was recomputed on "
+            "the FP32 graph (backend onnx-int8 only).",
+        )
         self.queued_texts = Gauge(
             PREFIX + "model_queued_texts",
             description="Texts waiting in the model replica for a batch.",

@@ -222,6 +222,11 @@ class SentimentModel:
             raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
         return probs
 
+    @property
+    def rechecked_texts(self) -> int:
+        """Texts recomputed on the FP32 graph so far (onnx-int8; 0 for other backends)."""
+        return int(getattr(self.backend, "rechecked", 0))
+
     def gpu_memory(self) -> tuple[int, int, int]:
         """Allocated, reserved and peak GPU bytes of this process (zeros on the CPU)."""
         if self.device.type != "cuda":

@@ -119,6 +119,7 @@ class ModelCore:
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
+        self._rechecked = getattr(self.model, "rechecked_texts", 0)  # the warm-up's: not counted
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
@@ -211,11 +212,18 @@ class ModelCore:
             self.metrics.forward_padded_tokens.observe(padded)
             self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
             self.metrics.forward.observe(seconds, tags={"on": "event_loop" if inline else "thread"})
+            self._count_rechecks()
             finished = np.flatnonzero((left == 0) & (before > 0))
             if len(finished):
                 yield answers(finished)
             if inline:  # let the loop read new requests and send answers between forwards
                 await asyncio.sleep(0)
+
+    def _count_rechecks(self) -> None:
+        total = getattr(self.model, "rechecked_texts", 0)  # a forward process has none
+        if total > self._rechecked:
+            self.metrics.int8_rechecked.inc(total - self._rechecked)
+            self._rechecked = total
 
     def _forward(self, rows: list[npt.NDArray[np.int32]]) -> tuple[Probs, float]:
         """One forward pass on the forward thread; returns probabilities and its duration."""

@@ -195,11 +195,12 @@ def test_int8_export_records_its_calibration_and_redoes_when_it_changes(
 def test_int8_forwards_run_in_small_runs(exported_dir: Path) -> None:
     """A big forward is run INT8_RUN_TOKENS at a time, in order, so its texts share their
     activation scale with few neighbours; FP32 runs whole."""
-    from service.backends import INT8_RUN_TOKENS, load_ort
+    from service.backends import INT8_RUN_TOKENS, OrtBackend, load_ort
 
-    backend = load_ort("onnx-int8", exported_dir, torch.device("cpu"), threads=1)
-    assert backend.run_tokens == INT8_RUN_TOKENS
+    loaded = load_ort("onnx-int8", exported_dir, torch.device("cpu"), threads=1)
+    assert loaded.run_tokens == INT8_RUN_TOKENS
     assert load_ort("onnx", exported_dir, torch.device("cpu"), threads=1).run_tokens == 0
+    backend = OrtBackend("onnx-int8", loaded.session, INT8_RUN_TOKENS)  # without rechecks
     model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
     rows = [(e.ids * 16)[:16] for e in model.encode(_texts(100, seed=3))]
     ids = np.array(rows, dtype=np.int64)
@@ -213,6 +214,37 @@ def test_int8_forwards_run_in_small_runs(exported_dir: Path) -> None:
     ]
     assert len(runs) > 2
     assert np.array_equal(backend.logits(ids, mask).numpy(), np.concatenate(runs))
+
+
+def test_int8_answers_too_close_to_call_are_recomputed_in_fp32(
+    exported_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows whose INT8 top-two margin is below INT8_RECHECK_MARGIN get the FP32 graph's
+    logits; the others keep INT8's, untouched. The trained tiny model is sure of nearly every
+    text, so the margin is set to the median one: half the rows are rechecked."""
+    from service import backends
+    from service.backends import INT8_RUN_TOKENS, OrtBackend, load_ort
+
+    cpu = torch.device("cpu")
+    backend = load_ort("onnx-int8", exported_dir, cpu, threads=1)
+    plain = OrtBackend("onnx-int8", backend.session, INT8_RUN_TOKENS)
+    fp32 = load_ort("onnx", exported_dir, cpu, threads=1)
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
+    rows = [e.ids for e in model.encode(_texts(120, seed=5))]
+    ids = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)], mask[r, : len(row)] = row, 1
+    raw = plain.logits(ids, mask).softmax(-1).numpy()
+    top2 = np.sort(raw, axis=1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    monkeypatch.setattr(backends, "INT8_RECHECK_MARGIN", float(np.median(margins)))
+    close = margins < backends.INT8_RECHECK_MARGIN
+    assert 0 < close.sum() < len(rows)  # both kinds, or the test proves nothing
+    got = backend.logits(ids, mask).numpy()
+    assert np.array_equal(got[~close], plain.logits(ids, mask).numpy()[~close])
+    np.testing.assert_allclose(got[close], fp32.logits(ids, mask).numpy()[close], atol=1e-5)
+    assert backend.rechecked == close.sum()
 
 
 def test_onnx_int8_stays_within_its_bound(exported_dir: Path) -> None:
