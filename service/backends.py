@@ -68,6 +68,11 @@ class TorchBackend:
 # few: on the default model, label agreement with torch was 99.73% / 99.65% / 99.36% in
 # forwards of 256 / 1024 / 4096 tokens, and 512-token runs were as fast as any (2 threads).
 INT8_RUN_TOKENS = 512
+RUN_WIDTH_MULTIPLE = 8  # run widths stay multiples of this, as forwards are padded (PAD_MULTIPLE)
+
+
+def _round_up(width: int) -> int:
+    return -(-width // RUN_WIDTH_MULTIPLE) * RUN_WIDTH_MULTIPLE
 
 
 # INT8 changes a label only where FP32's two top probabilities are nearly level: on 12,000
@@ -95,19 +100,41 @@ class OrtBackend:
 
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
         """Run the session; the graph's `logits` output as a float32 tensor."""
-        rows = len(input_ids)
-        step = max(1, self.run_tokens // max(1, input_ids.shape[1])) if self.run_tokens else rows
         outs = [
             self.session.run(
                 ["logits"],
-                {"input_ids": input_ids[i : i + step], "attention_mask": mask[i : i + step]},
+                {
+                    "input_ids": input_ids[begin:end, :width],
+                    "attention_mask": mask[begin:end, :width],
+                },
             )[0]
-            for i in range(0, rows, step)
+            for begin, end, width in self._runs(mask)
         ]
         out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
         if self.recheck is not None:
             self._recheck(self.recheck, out, input_ids, mask)
         return torch.from_numpy(out)
+
+    def _runs(self, mask: Ids) -> list[tuple[int, int, int]]:
+        """[begin, end) row spans of at most `run_tokens` padded tokens, in order, each with its
+        own longest row as its width (rows are right-padded). The planner sends rows sorted by
+        length, so a run of short rows no longer pays the padding of the forward's longest."""
+        width = mask.shape[1]
+        if not self.run_tokens:
+            return [(0, len(mask), width)]
+        lengths = mask.sum(axis=1).tolist()
+        runs: list[tuple[int, int, int]] = []
+        begin, longest = 0, 0
+        for row, length in enumerate(lengths):
+            if (
+                row > begin
+                and (row - begin + 1) * _round_up(max(longest, length)) > self.run_tokens
+            ):
+                runs.append((begin, row, longest))
+                begin, longest = row, 0
+            longest = max(longest, length)
+        runs.append((begin, len(lengths), longest))
+        return [(b, e, min(width, _round_up(w))) for b, e, w in runs]
 
     def _recheck(
         self, exact: Any, logits: npt.NDArray[np.float32], input_ids: Ids, mask: Ids

@@ -216,6 +216,27 @@ def test_int8_forwards_run_in_small_runs(exported_dir: Path) -> None:
     assert np.array_equal(backend.logits(ids, mask).numpy(), np.concatenate(runs))
 
 
+def test_int8_runs_are_cut_to_their_own_longest_row(exported_dir: Path) -> None:
+    """Short rows sorted before long ones run at their own width, not the forward's."""
+    from service.backends import INT8_RUN_TOKENS, OrtBackend, load_ort
+
+    loaded = load_ort("onnx-int8", exported_dir, torch.device("cpu"), threads=1)
+    backend = OrtBackend("onnx-int8", loaded.session, INT8_RUN_TOKENS)  # without rechecks
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
+    seeds = [e.ids for e in model.encode(_texts(24, seed=9))]
+    rows = [(r * 8)[:8] for r in seeds[:20]] + [(r * 64)[:64] for r in seeds[20:]]
+    ids = np.zeros((len(rows), 64), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)], mask[r, : len(row)] = row, 1
+    got = backend.logits(ids, mask).numpy()
+    # 20 rows of 8 tokens fit one run of INT8_RUN_TOKENS; the 21st row (64 tokens) would not.
+    short = {"input_ids": ids[:20, :8], "attention_mask": mask[:20, :8]}
+    assert np.array_equal(got[:20], loaded.session.run(["logits"], short)[0])
+    long = {"input_ids": ids[20:], "attention_mask": mask[20:]}
+    assert np.array_equal(got[20:], loaded.session.run(["logits"], long)[0])
+
+
 def test_int8_answers_too_close_to_call_are_recomputed_in_fp32(
     exported_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
