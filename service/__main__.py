@@ -72,7 +72,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
-    from service import drain, lifecycle
+    from service import drain, lifecycle, reaper
 
     if settings.haproxy:
         lifecycle.use_haproxy()  # read by Ray at import time, here and in its workers
@@ -99,6 +99,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
             address="local", include_dashboard=False, _metrics_export_port=settings.metrics_port
         )
     serve.start(http_options={"host": settings.host, "port": settings.port})
+    if not address:
+        # Only now that this server holds its ports: a start that failed because another
+        # server held them must not end that server's listeners when it exits.
+        reaper.spawn(settings.port, settings.metrics_port)
     drain.clear(settings.app_name)  # a joined cluster may remember an earlier run's drain
     if settings.layout == "colocated":
         serve.run(app_for(settings), name=settings.app_name, route_prefix=settings.route_prefix)

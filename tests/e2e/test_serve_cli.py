@@ -4,6 +4,7 @@ requests in flight before exiting, and leaves its port free."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,9 +48,8 @@ def send_until_refused(url: str, limit: int = 5000) -> list[requests.Response]:
     return answers
 
 
-def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
-    port, metrics_port = free_port(), free_port()
-    env = {
+def serve_env(port: int, metrics_port: int) -> dict[str, str]:
+    return {
         **os.environ,
         "SENTIMENT_PORT": str(port),
         "SENTIMENT_METRICS_PORT": str(metrics_port),
@@ -62,6 +62,11 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
     }
+
+
+def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
+    port, metrics_port = free_port(), free_port()
+    env = serve_env(port, metrics_port)
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "serve", "--model-path", str(tiny_model_dir)],
@@ -116,3 +121,29 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         sock.listen()
+
+
+def test_a_killed_server_leaves_nothing_listening(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL gives the server no chance to stop HAProxy or Ray's dashboard agent, which Ray
+    does not tie to it; the watcher it started (service/reaper.py) ends them."""
+    port, metrics_port = free_port(), free_port()
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--model-path", str(tiny_model_dir)],
+        stdout=log, stderr=subprocess.STDOUT, text=True, env=serve_env(port, metrics_port),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+        assert listeners(port) and listeners(metrics_port)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while listeners(port) or listeners(metrics_port):
+            assert time.monotonic() < deadline, (listeners(port), listeners(metrics_port))
+            time.sleep(0.5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    assert "exited without stopping" in (tmp_path / "serve.log").read_text()
