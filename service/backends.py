@@ -23,6 +23,7 @@ import numpy.typing as npt
 import torch
 
 from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
+from service.batching import round_up
 from service.int8 import unsafe_here as int8_unsafe_here
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "tensorrt")
@@ -68,11 +69,6 @@ class TorchBackend:
 # few: on the default model, label agreement with torch was 99.73% / 99.65% / 99.36% in
 # forwards of 256 / 1024 / 4096 tokens, and 512-token runs were as fast as any (2 threads).
 INT8_RUN_TOKENS = 512
-RUN_WIDTH_MULTIPLE = 8  # run widths stay multiples of this, as forwards are padded (PAD_MULTIPLE)
-
-
-def _round_up(width: int) -> int:
-    return -(-width // RUN_WIDTH_MULTIPLE) * RUN_WIDTH_MULTIPLE
 
 
 # INT8 changes a label only where FP32's two top probabilities are nearly level: on 12,000
@@ -126,15 +122,13 @@ class OrtBackend:
         runs: list[tuple[int, int, int]] = []
         begin, longest = 0, 0
         for row, length in enumerate(lengths):
-            if (
-                row > begin
-                and (row - begin + 1) * _round_up(max(longest, length)) > self.run_tokens
-            ):
+            if row > begin and (row - begin + 1) * round_up(max(longest, length)) > self.run_tokens:
                 runs.append((begin, row, longest))
                 begin, longest = row, 0
             longest = max(longest, length)
         runs.append((begin, len(lengths), longest))
-        return [(b, e, min(width, _round_up(w))) for b, e, w in runs]
+        # Widths stay multiples of the padding the forwards (and the warm-up) use.
+        return [(b, e, min(width, round_up(w))) for b, e, w in runs]
 
     def _recheck(
         self, exact: Any, logits: npt.NDArray[np.float32], input_ids: Ids, mask: Ids

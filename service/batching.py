@@ -11,7 +11,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.model import PAD_MULTIPLE, round_up
+PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
+
+
+def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
+    """Round a sequence length up to the padding multiple."""
+    return -(-length // multiple) * multiple
 
 
 @dataclass

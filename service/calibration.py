@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from service.batching import round_up
 from service.forwardproc import ForwardProcess
-from service.model import SentimentModel, round_up
+from service.model import SentimentModel
 
 Forward = Callable[[list[list[int]]], object]
 

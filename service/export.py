@@ -225,7 +225,8 @@ def build_tensorrt(model_dir: Path, max_rows: int, max_length: int) -> list[str]
     Untested here (no GPU): fails with BackendError when ONNX Runtime has no TensorRT provider.
     """
     from service.backends import BackendError
-    from service.model import ModelLoadError, SentimentModel, round_up
+    from service.batching import round_up
+    from service.model import ModelLoadError, SentimentModel
 
     lines = export_onnx(model_dir)
     try:

@@ -16,12 +16,12 @@ import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from service.backends import Backend, BackendError, TorchBackend, load_ort, resolve_backend
+from service.batching import round_up
 from service.encoding import TextEncoder, sequence_limit
 from service.modeldir import ModelLoadError, check_model_dir
 
 __all__ = ["ModelLoadError", "SentimentModel", "check_model_dir"]
 
-PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -75,11 +75,6 @@ def parameter_count(path: Path) -> int:
         with safe_open(str(file), "np") as f:
             total += sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118
     return total
-
-
-def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
-    """Round a sequence length up to the padding multiple."""
-    return -(-length // multiple) * multiple
 
 
 class SentimentModel:

@@ -27,14 +27,14 @@ import torch
 from ray import serve
 
 from service.batcher import Batcher
-from service.batching import padded_cost, padding_ratio, plan_micro_batches
+from service.batching import PAD_MULTIPLE, padded_cost, padding_ratio, plan_micro_batches
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.faults import with_faults
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.health import Watchdog
 from service.metrics import ModelMetrics
-from service.model import PAD_MULTIPLE, dtype_name
+from service.model import dtype_name
 from service.placement import inline_limit_s, load_model
 from service.retry import SplittingForward, expired_scores
 from service.settings import BatchConfig, Settings

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from service.model import SentimentModel, round_up
+from service.batching import round_up
+from service.model import SentimentModel
 from service.peakmem import peak_memory
 
 HEADROOM = 0.9  # leave 10% of the limit for fragmentation and the Ray worker itself

@@ -25,9 +25,10 @@ from service.artifacts import (
     weights_sha256,
     write_manifest,
 )
+from service.batching import round_up
 from service.export import FUSED, calibration_rows, export_onnx
 from service.int8 import channel_maxima, int8_nodes, smooth
-from service.model import ModelLoadError, SentimentModel, round_up
+from service.model import ModelLoadError, SentimentModel
 from service.settings import Settings
 from tests.measured import record_speeds
 from tests.tiny_bert import SAMPLE_TEXT
@@ -216,6 +217,15 @@ def test_int8_forwards_run_in_small_runs(exported_dir: Path) -> None:
     assert np.array_equal(backend.logits(ids, mask).numpy(), np.concatenate(runs))
 
 
+def _padded(rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded ids and mask, as the service builds a forward."""
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)], mask[r, : len(row)] = row, 1
+    return ids, mask
+
+
 def test_int8_runs_are_cut_to_their_own_longest_row(exported_dir: Path) -> None:
     """Short rows sorted before long ones run at their own width, not the forward's."""
     from service.backends import INT8_RUN_TOKENS, OrtBackend, load_ort
@@ -225,10 +235,7 @@ def test_int8_runs_are_cut_to_their_own_longest_row(exported_dir: Path) -> None:
     model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
     seeds = [e.ids for e in model.encode(_texts(24, seed=9))]
     rows = [(r * 8)[:8] for r in seeds[:20]] + [(r * 64)[:64] for r in seeds[20:]]
-    ids = np.zeros((len(rows), 64), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for r, row in enumerate(rows):
-        ids[r, : len(row)], mask[r, : len(row)] = row, 1
+    ids, mask = _padded(rows, 64)
     got = backend.logits(ids, mask).numpy()
     # 20 rows of 8 tokens fit one run of INT8_RUN_TOKENS; the 21st row (64 tokens) would not.
     short = {"input_ids": ids[:20, :8], "attention_mask": mask[:20, :8]}
@@ -252,10 +259,7 @@ def test_int8_answers_too_close_to_call_are_recomputed_in_fp32(
     fp32 = load_ort("onnx", exported_dir, cpu, threads=1)
     model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
     rows = [e.ids for e in model.encode(_texts(120, seed=5))]
-    ids = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for r, row in enumerate(rows):
-        ids[r, : len(row)], mask[r, : len(row)] = row, 1
+    ids, mask = _padded(rows, max(map(len, rows)))
     raw = plain.logits(ids, mask).softmax(-1).numpy()
     top2 = np.sort(raw, axis=1)[:, -2:]
     margins = top2[:, 1] - top2[:, 0]
