@@ -26,14 +26,18 @@ HTTP_LEFTOVER, METRICS_LEFTOVER = "haproxy", "ray::DashboardA"
 POLL_S = 0.5
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on); OSError if gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # names hold spaces
+
+
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (field 22 of /proc/<pid>/stat), or None when it
     is gone or a zombie; comparing it tells a reused pid from the server."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = _stat(pid)
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces
     return None if fields[0] == "Z" else fields[19]
 
 
@@ -56,7 +60,7 @@ def _stop_ray_agents(group: int) -> list[int]:
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            parent = _stat(entry)[1]
             live = Path(f"/proc/{parent}/comm").read_text().strip() == "raylet"
             if comm.startswith("ray::") and not live and os.getpgid(int(entry)) == group:
                 os.kill(int(entry), signal.SIGKILL)
