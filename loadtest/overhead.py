@@ -27,6 +27,7 @@ from typing import Any
 from loadtest import cpu, floor, hops, serving
 from loadtest.httpload import RunResult, bodies, closed_loop
 from service.encoding import TextEncoder
+from service.settings import Settings
 
 LAYERS, HIDDEN, HEADS, INTERMEDIATE = 2, 64, 2, 128
 MODEL_GROUP = "SentimentModel"
@@ -125,12 +126,19 @@ def _ms_per(seconds: float, count: int) -> float | None:
     return round(seconds * 1000 / count, 3) if count else None
 
 
-def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str, Any]:
-    """One level's figures; CPU per request (= per text: single-text requests)."""
+def level_row(
+    concurrency: int, result: RunResult, used: cpu.Usage, loop_forward_s: float = 0.0
+) -> dict[str, Any]:
+    """One level's figures; CPU per request (= per text: single-text requests).
+    `loop_forward_s`: CPU of the forwards run on the model core's event loop (its /readyz
+    `loop_forward_cpu_s` over the window), which /proc counts as that process's own work."""
     n = result.requests
     model = used.by_group.get(MODEL_GROUP, 0.0)
-    forward_here = used.forward_by_group.get(MODEL_GROUP, 0.0)
-    forward = sum(used.forward_by_group.values())  # co-located: the ingress runs the forwards
+    forward_here = used.forward_by_group.get(MODEL_GROUP, 0.0) + (
+        loop_forward_s if MODEL_GROUP in used.by_group else 0.0
+    )
+    # Co-located, the ingress runs the forwards (on its thread or its loop).
+    forward = sum(used.forward_by_group.values()) + loop_forward_s
     return {
         "concurrency": concurrency,
         "requests": n,
@@ -153,18 +161,33 @@ def level_row(concurrency: int, result: RunResult, used: cpu.Usage) -> dict[str,
     }
 
 
+def loop_forward_cpu_s(readyz: str | None) -> float:
+    """The model core's `loop_forward_cpu_s` as /readyz reports it (0 without a service)."""
+    if readyz is None:
+        return 0.0
+    with urllib.request.urlopen(readyz, timeout=10) as response:
+        return float(json.loads(response.read()).get("loop_forward_cpu_s", 0.0))
+
+
 async def measure(
-    url: str, payloads: list[tuple[bytes, int]], plan: OverheadPlan, label: str = "overhead"
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    plan: OverheadPlan,
+    label: str = "overhead",
+    readyz: str | None = None,
+    levels: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each level: a warm-up, then a measured closed loop bracketed by /proc snapshots."""
+    """Each level: a warm-up, then a measured closed loop bracketed by /proc snapshots (and,
+    with `readyz`, by the model core's count of its event-loop forwards' CPU)."""
     rows = []
     me = os.getpid()  # the load generator: not the server, never counted
-    for c in plan.levels:
+    for c in levels or plan.levels:
         await closed_loop(url, payloads, c, plan.warmup_s, plan.max_requests)
-        before = cpu.snapshot(me)
+        before, loop_before = cpu.snapshot(me), loop_forward_cpu_s(readyz)
         result = await closed_loop(url, payloads, c, plan.seconds, plan.max_requests)
         used = cpu.usage(before, cpu.snapshot(me))
-        row = level_row(c, result, used)
+        loop_forward = loop_forward_cpu_s(readyz) - loop_before
+        row = level_row(c, result, used, loop_forward)
         rows.append(row)
         print(
             f"{label} c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"
@@ -198,8 +221,9 @@ def run(
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
-        served = _served_backend(url.replace("/v1/classify", "/readyz"))
-        rows = asyncio.run(measure(url, payloads, plan))
+        readyz = url.replace("/v1/classify", "/readyz")
+        served = _served_backend(readyz)
+        rows = asyncio.run(measure(url, payloads, plan, readyz=readyz))
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX))
         floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
         floor.remove()
@@ -207,6 +231,10 @@ def run(
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     for row, under in zip(rows, floor_rows, strict=True):
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
+    two_tier: dict[str, Any] = {}
+    if settings.layout != "two-tier":  # the model replica's own CPU exists in two tiers only
+        layout = _two_tier(settings, ingress, ingress_replicas, plan, payloads)
+        two_tier = {"two_tier_levels": layout}
     return {
         "model": {
             "layers": layers,
@@ -226,7 +254,26 @@ def run(
         "levels": rows,
         "floor_levels": floor_rows,
         "hops": hop,
+        **two_tier,
     }
+
+
+def _two_tier(
+    settings: Settings,
+    ingress: str,
+    ingress_replicas: int,
+    plan: OverheadPlan,
+    payloads: list[tuple[bytes, int]],
+) -> list[dict[str, Any]]:
+    """The model replica's own CPU per text where it has a process of its own: the same
+    tiny model served in two tiers (the GPU layout), at the target's client count only."""
+    two_tier = settings.model_copy(update={"layout": "two-tier"})
+    with serving.local_service(two_tier, ingress, ingress_replicas) as url:
+        readyz = url.replace("/v1/classify", "/readyz")
+        _served_backend(readyz)
+        return asyncio.run(
+            measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
+        )
 
 
 def _served_backend(readyz: str, wait_s: float = 30.0) -> str | None:

@@ -17,9 +17,12 @@ from loadtest.overhead import (
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Server CPU per request and the model replica's own CPU per text, at 64 clients."""
     row = _headline_row(section)
-    # Without a SentimentModel process the model replica's figure means nothing.
-    has_model = MODEL_GROUP in row["groups"]
-    server, own = row["server_cpu_ms_per_request"], row["model_replica_cpu_ms_per_text"]
+    # The model replica's figure is read where it has a process of its own: the service's
+    # layout when that is two tiers, else the extra two-tier level.
+    model_row = _model_row(section)
+    has_model = model_row is not None and MODEL_GROUP in model_row["groups"]
+    server = row["server_cpu_ms_per_request"]
+    own = model_row["model_replica_cpu_ms_per_text"] if model_row else None
     added = row.get("added_to_floor_cpu_ms_per_request")
     c = row["concurrency"]
     return [
@@ -71,6 +74,8 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         )
     if "floor_levels" in section:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
+    if section.get("two_tier_levels"):
+        lines += ["", *_two_tier_lines(section)]
     if "hops" in section:
         lines += ["", *hops.report_lines(section["hops"])]
     row = _headline_row(section)
@@ -112,18 +117,41 @@ def _floor_lines(section: dict[str, Any]) -> list[str]:
 
 
 def _split_line(section: dict[str, Any]) -> str:
-    """What the service adds to the floor, split into the model's own forwards (at their
-    in-process limit: a lower bound, the served ones are smaller batches) and the rest."""
+    """What the service adds to the floor, split into the model's forwards (their measured
+    CPU: forward threads from /proc, event-loop forwards from the model core's own count)
+    and the rest, the request path."""
     row = _headline_row(section)
-    added = row.get("added_to_floor_cpu_ms_per_request")
-    model = _model_ms_per_text(section)
-    if added is None or model is None:
-        return "The floor or the model's limit was not measured: no split of what is added."
+    added, forward = row.get("added_to_floor_cpu_ms_per_request"), row["forward_cpu_ms_per_text"]
+    if added is None or forward is None:
+        return "The floor or the forwards' CPU was not measured: no split of what is added."
+    limit = _model_ms_per_text(section)
+    at_limit = f" ({limit:.3f} at its in-process limit)" if limit is not None else ""
     return (
         f"Of the {added:.3f} ms the service adds at {row['concurrency']} clients, the model's "
-        f"own forwards cost at least {model:.3f} ms per text (one thread at its in-process "
-        f"limit); the request path itself costs at most {added - model:.3f} ms."
+        f"forwards took {forward:.3f} ms per text{at_limit}; the request path itself "
+        f"{added - forward:.3f} ms."
     )
+
+
+def _two_tier_lines(section: dict[str, Any]) -> list[str]:
+    """The extra two-tier level: the model replica's own CPU apart from its forwards."""
+    r = section["two_tier_levels"][0]
+    return [
+        f"The same tiny model in two tiers (ingress and model replica apart, the GPU layout), "
+        f"{r['concurrency']} clients: {r['requests_per_s']:.1f} requests/s, server CPU "
+        f"{_num(r['server_cpu_ms_per_request'])} ms/request, of which the model replica "
+        f"{_num(r['model_replica_cpu_ms_per_text'])} ms per text beside its forwards' "
+        f"{_num(r['forward_cpu_ms_per_text'])}.",
+    ]
+
+
+def _model_row(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The level the model replica's own CPU is read at (None: not measured)."""
+    if section.get("two_tier_levels"):
+        row: dict[str, Any] = section["two_tier_levels"][0]
+        return row
+    row = _headline_row(section)
+    return row if MODEL_GROUP in row["groups"] else None
 
 
 def _model_ms_per_text(section: dict[str, Any]) -> float | None:

@@ -119,6 +119,10 @@ class ModelCore:
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
+        # CPU seconds of the forwards run on the event loop: /proc counts them as the loop's own
+        # work, so the bench subtracts this to tell the replica's overhead from its model. Only
+        # the loop thread's own CPU: exact with one intra-op thread (the bench's tiny model).
+        self.loop_forward_cpu_s = 0.0
         self._rechecked = getattr(self.model, "rechecked_texts", 0)  # the warm-up's: not counted
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
@@ -160,6 +164,7 @@ class ModelCore:
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
             "inline_forward_ms": self.inline_max_s * 1e3,
+            "loop_forward_cpu_s": round(self.loop_forward_cpu_s, 6),
         }
 
     async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
@@ -202,7 +207,9 @@ class ModelCore:
             padded = padded_cost(group_lengths)
             inline = self._runs_inline(padded)
             if inline:
+                cpu0 = time.thread_time()
                 out, ok, seconds = self.forward(rows)
+                self.loop_forward_cpu_s += time.thread_time() - cpu0
             else:
                 out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
             probs[texts], status[texts] = out, ok

@@ -1,0 +1,76 @@
+"""The overhead run's accounting (loadtest.overhead, loadtest.overheadreport): forwards run on a
+model core's event loop are the model's CPU, not the replica's own, in either layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loadtest import cpu, overheadreport
+from loadtest.httpload import RunResult
+from loadtest.overhead import level_row
+
+TEXTS = 1000
+
+
+def _result() -> RunResult:
+    return RunResult(requests=TEXTS, texts=TEXTS, seconds=1.0, latencies=[0.01] * TEXTS)
+
+
+def test_loop_forwards_leave_the_model_replicas_own_cpu() -> None:
+    # Two tiers: 0.5 s in the model replica, 0.1 s of it on its forward thread, 0.2 s of it
+    # in forwards on its event loop (which /proc cannot tell from the loop's own work).
+    used = cpu.Usage(
+        by_group={"SentimentIngress": 0.4, "SentimentModel": 0.5},
+        forward_by_group={"SentimentModel": 0.1},
+        processes={"SentimentIngress": 1, "SentimentModel": 1},
+    )
+    row = level_row(64, _result(), used, loop_forward_s=0.2)
+    assert row["model_replica_cpu_ms_per_text"] == pytest.approx(0.2)  # 0.5 - 0.1 - 0.2
+    assert row["forward_cpu_ms_per_text"] == pytest.approx(0.3)
+    assert row["server_cpu_ms_per_request"] == pytest.approx(0.9)
+
+
+def test_colocated_loop_forwards_count_as_forwards_only() -> None:
+    used = cpu.Usage(
+        by_group={"SentimentIngress": 0.6},
+        forward_by_group={"SentimentIngress": 0.1},
+        processes={"SentimentIngress": 1},
+    )
+    row = level_row(64, _result(), used, loop_forward_s=0.25)
+    assert row["model_replica_cpu_ms_per_text"] is None  # no model replica process
+    assert row["forward_cpu_ms_per_text"] == pytest.approx(0.35)
+
+
+def _section(levels: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"levels": levels, "forward_limit_texts_per_s": 5000.0, "torch_threads": 1, **extra}
+
+
+def _row(own: float | None, groups: list[str], forward: float = 0.1) -> dict[str, Any]:
+    return {
+        "concurrency": 64,
+        "errors": 0,
+        "server_cpu_ms_per_request": 0.8,
+        "model_replica_cpu_ms_per_text": own,
+        "forward_cpu_ms_per_text": forward,
+        "added_to_floor_cpu_ms_per_request": 0.5,
+        "groups": {g: {"processes": 1, "cpu_ms_per_request": 0.4} for g in groups},
+    }
+
+
+def test_the_model_replica_target_is_read_in_two_tiers() -> None:
+    colocated = _row(None, ["SentimentIngress"])
+    two_tier = _row(0.08, ["SentimentIngress", "SentimentModel"])
+    found = overheadreport.targets(_section([colocated], two_tier_levels=[two_tier]))
+    assert found[1]["value"] == 0.08 and found[1]["met"]
+    # Co-located with no two-tier level, the figure does not exist.
+    missing = overheadreport.targets(_section([colocated]))[1]
+    assert missing["value"] is None and not missing["met"]
+
+
+def test_what_the_service_adds_is_split_by_the_measured_forwards() -> None:
+    section = _section([_row(0.08, ["SentimentModel"], forward=0.3)], floor_levels=[])
+    line = overheadreport._split_line(section)
+    assert "forwards took 0.300 ms per text (0.200 at its in-process limit)" in line
+    assert "the request path itself 0.200 ms" in line
