@@ -48,7 +48,7 @@ def measure(model: SentimentModel, texts: list[str], budgets: list[int], repeats
     """Best of `repeats` runs per budget (the machine is shared: the best run is the least
     disturbed one), after the service's own warm-up and overhead measurement."""
     measured = calibrate(model, budgets[0]).overhead_tokens
-    overhead = BatchConfig().overhead_for(model.device.type, measured)
+    overhead = BatchConfig().overhead_for(model.device.type, measured, model.cuts_runs)
     run_once(model, texts[: max(1, len(texts) // 8)], budgets[0], overhead)
     runs: dict[int, tuple[float, float]] = {}  # budget -> best (texts/s, CPU s per text)
     for b in budgets:

@@ -109,7 +109,7 @@ def forward_limit(
         plan = plan_micro_batches(
             [len(i) for i in ids],
             config.micro_batch_tokens,
-            config.overhead_for(model.device.type, measured),
+            config.overhead_for(model.device.type, measured, model.cuts_runs),
         )
         best = 0.0
         for _ in range(4):  # the first pass warms up

@@ -118,7 +118,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     # measured for the planner, as each backend would be planned when it serves.
     overheads = {
         name: BatchConfig().overhead_for(
-            model.device.type, calibrate(model, args.budgets[0]).overhead_tokens
+            model.device.type, calibrate(model, args.budgets[0]).overhead_tokens, model.cuts_runs
         )
         for name, model in models.items()
     }

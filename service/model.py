@@ -218,6 +218,12 @@ class SentimentModel:
         return probs
 
     @property
+    def cuts_runs(self) -> bool:
+        """Whether the backend cuts each forward into runs at their own widths (onnx-int8):
+        merging lengths then costs little padding (BatchConfig.overhead_for)."""
+        return bool(getattr(self.backend, "run_tokens", 0))
+
+    @property
     def rechecked_texts(self) -> int:
         """Texts recomputed on the FP32 graph so far (onnx-int8; 0 for other backends)."""
         return int(getattr(self.backend, "rechecked", 0))

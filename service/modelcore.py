@@ -253,7 +253,8 @@ class ModelCore:
 
     def _overhead(self) -> int:
         measured = self.calibration.overhead_tokens if self.calibration else None
-        return self.batch.overhead_for(self.model.device.type, measured)
+        cuts_runs = getattr(self.model, "cuts_runs", False)  # a forward process: no INT8 there
+        return self.batch.overhead_for(self.model.device.type, measured, cuts_runs)
 
     def _warmup(self) -> Calibration:
         """Run each padded length bucket at one row and at a full micro-batch; fit the cost."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from service.batching import plan_micro_batches
 from service.calibration import Calibration, calibrate, fit, shapes
 from service.model import SentimentModel
 from service.settings import BatchConfig
@@ -56,6 +57,21 @@ def test_configured_overhead_wins_over_the_measured_one() -> None:
     assert BatchConfig().overhead_for("cpu", measured=700) == 700
     assert BatchConfig(forward_overhead_tokens=50).overhead_for("cpu", measured=700) == 50
     assert BatchConfig().overhead_for("cuda") == 2048  # nothing measured: the default
+
+
+def test_a_backend_that_cuts_its_own_runs_gets_forwards_filled_to_the_budget() -> None:
+    config = BatchConfig(micro_batch_tokens=2048)
+    assert config.overhead_for("cpu", measured=30, cuts_runs=True) == 2048
+    assert config.overhead_for("cpu", measured=30) == 30
+    configured = BatchConfig(forward_overhead_tokens=50)
+    assert configured.overhead_for("cpu", measured=30, cuts_runs=True) == 50
+    # 64 texts of mixed lengths: as measured, the planner cuts them by length; filled, the
+    # fewest forwards the budget allows.
+    lengths = [10 + (i * 37) % 120 for i in range(64)]
+    as_measured = plan_micro_batches(lengths, 2048, 30)
+    filled = plan_micro_batches(lengths, 2048, config.overhead_for("cpu", 30, cuts_runs=True))
+    assert len(filled) < len(as_measured)
+    assert len(filled) == len(plan_micro_batches(lengths, 2048, 10**9))
 
 
 def test_a_one_row_micro_batch_leaves_the_default_in_force(tiny_model_dir: Path) -> None:
