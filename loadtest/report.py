@@ -133,8 +133,9 @@ def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
         return []
     n, rate, full = grouped["texts"], grouped["texts_per_s"], grouped["all_sorted_texts_per_s"]
     return [
-        f"With only {n} texts known at a time, in arrival order (what the batcher holds at {n} "
-        f"single-text clients), the same model computes {rate:.1f} texts/s, "
+        f"With only {n} texts known at a time, in arrival order (the most the batcher can hold "
+        f"at {n} single-text clients; with one call in flight per ingress it holds about half: "
+        f"docs/benchmarks.md), the same model computes {rate:.1f} texts/s, "
         f"{rate / full:.2f} of the {full:.1f} it computes with all texts sorted in the same "
         "alternating rounds."
     ]
