@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import corpus, cpu, overhead, serving
+from loadtest import corpus, cpu, overhead, serving, tally
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 from loadtest.report import hardware, write_reports
 
@@ -62,14 +62,24 @@ def _row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[
 
 
 async def _measure(
-    url: str, payloads: list[tuple[bytes, int]], concurrency: int, plan: Plan
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    concurrency: int,
+    plan: Plan,
+    readyz: str | None = None,
 ) -> tuple[RunResult, dict[str, Any]]:
-    """One closed-loop run after a warm-up, and where the server's CPU went meanwhile."""
+    """One closed-loop run after a warm-up, where the server's CPU went meanwhile, and (with
+    the service's `readyz`) how many texts its batches and forwards held."""
     await closed_loop(url, payloads, concurrency, plan.warmup_s, 10_000)
     me = os.getpid()  # the load generator: not the server, never counted
+    counted = tally.read(readyz)
     before = cpu.snapshot(me)
     r = await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
-    return r, cpu_figures(cpu.usage(before, cpu.snapshot(me)), r)
+    used = cpu_figures(cpu.usage(before, cpu.snapshot(me)), r)
+    if readyz is not None:
+        batching = tally.between(counted, tally.read(readyz))
+        used |= {k: batching[k] for k in ("texts_per_batch", "texts_per_forward")}
+    return r, used
 
 
 def cpu_figures(used: cpu.Usage, r: RunResult) -> dict[str, Any]:
@@ -240,7 +250,10 @@ async def _serve_and_measure(
             payloads = bodies(texts, per_request)
             for c in levels:
                 for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                    r, used = await _measure(urls[target], payloads, c, plan)
+                    readyz = urls[target].replace("/v1/classify", "/readyz")
+                    r, used = await _measure(
+                        urls[target], payloads, c, plan, readyz if target == "service" else None
+                    )
                     rows.append({**_row(target, per_request, c, r), **used})
                     print(
                         f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "

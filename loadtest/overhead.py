@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, floor, hops, serving
+from loadtest import cpu, floor, hops, serving, tally
 from loadtest.httpload import RunResult, bodies, closed_loop
 from service.encoding import TextEncoder
 from service.settings import Settings
@@ -127,11 +127,16 @@ def _ms_per(seconds: float, count: int) -> float | None:
 
 
 def level_row(
-    concurrency: int, result: RunResult, used: cpu.Usage, loop_forward_s: float = 0.0
+    concurrency: int,
+    result: RunResult,
+    used: cpu.Usage,
+    batching: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """One level's figures; CPU per request (= per text: single-text requests).
-    `loop_forward_s`: CPU of the forwards run on the model core's event loop (its /readyz
-    `loop_forward_cpu_s` over the window), which /proc counts as that process's own work."""
+    """One level's figures; CPU per request (= per text: single-text requests). `batching`:
+    the model core's own counts over the window (loadtest.tally.between), whose forwards on
+    the event loop /proc counts as that process's own work."""
+    batching = batching or {}
+    loop_forward_s = batching.get("loop_forward_s") or 0.0
     n = result.requests
     model = used.by_group.get(MODEL_GROUP, 0.0)
     forward_here = used.forward_by_group.get(MODEL_GROUP, 0.0) + (
@@ -154,19 +159,13 @@ def level_row(
             _ms_per(model - forward_here, n) if MODEL_GROUP in used.by_group else None
         ),
         "forward_cpu_ms_per_text": _ms_per(forward, n),
+        "texts_per_batch": batching.get("texts_per_batch"),
+        "texts_per_forward": batching.get("texts_per_forward"),
         "groups": {
             g: {"processes": used.processes[g], "cpu_ms_per_request": _ms_per(s, n)}
             for g, s in sorted(used.by_group.items())
         },
     }
-
-
-def loop_forward_cpu_s(readyz: str | None) -> float:
-    """The model core's `loop_forward_cpu_s` as /readyz reports it (0 without a service)."""
-    if readyz is None:
-        return 0.0
-    with urllib.request.urlopen(readyz, timeout=10) as response:
-        return float(json.loads(response.read()).get("loop_forward_cpu_s", 0.0))
 
 
 async def measure(
@@ -178,16 +177,16 @@ async def measure(
     levels: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Each level: a warm-up, then a measured closed loop bracketed by /proc snapshots (and,
-    with `readyz`, by the model core's count of its event-loop forwards' CPU)."""
+    with `readyz`, by the model core's own counts: loadtest.tally)."""
     rows = []
     me = os.getpid()  # the load generator: not the server, never counted
     for c in levels or plan.levels:
         await closed_loop(url, payloads, c, plan.warmup_s, plan.max_requests)
-        before, loop_before = cpu.snapshot(me), loop_forward_cpu_s(readyz)
+        counted = tally.read(readyz)  # outside the /proc window: the call costs CPU too
+        before = cpu.snapshot(me)
         result = await closed_loop(url, payloads, c, plan.seconds, plan.max_requests)
         used = cpu.usage(before, cpu.snapshot(me))
-        loop_forward = loop_forward_cpu_s(readyz) - loop_before
-        row = level_row(c, result, used, loop_forward)
+        row = level_row(c, result, used, tally.between(counted, tally.read(readyz)))
         rows.append(row)
         print(
             f"{label} c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"

@@ -62,15 +62,15 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         f"**{section['forward_limit_texts_per_s']:.0f} texts/s**.",
         "",
         "| clients | requests/s | p50 ms | p99 ms | server CPU ms/request | model replica CPU "
-        "ms/text (excl. forward) | forward CPU ms/text | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ms/text (excl. forward) | forward CPU ms/text | texts per batch (forward) | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in section["levels"]:
         lines.append(
             f"| {r['concurrency']} | {r['requests_per_s']:.1f} | {r['p50_ms']:.1f} | "
             f"{r['p99_ms']:.1f} | {_num(r['server_cpu_ms_per_request'])} | "
             f"{_num(r['model_replica_cpu_ms_per_text'])} | "
-            f"{_num(r['forward_cpu_ms_per_text'])} | {r['errors']} |"
+            f"{_num(r['forward_cpu_ms_per_text'])} | {_batching(r)} | {r['errors']} |"
         )
     if "floor_levels" in section:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
@@ -141,7 +141,7 @@ def _two_tier_lines(section: dict[str, Any]) -> list[str]:
         f"{r['concurrency']} clients: {r['requests_per_s']:.1f} requests/s, server CPU "
         f"{_num(r['server_cpu_ms_per_request'])} ms/request, of which the model replica "
         f"{_num(r['model_replica_cpu_ms_per_text'])} ms per text beside its forwards' "
-        f"{_num(r['forward_cpu_ms_per_text'])}.",
+        f"{_num(r['forward_cpu_ms_per_text'])}; texts per batch (forward) {_batching(r)}.",
     ]
 
 
@@ -168,6 +168,11 @@ def _headline_row(section: dict[str, Any]) -> dict[str, Any]:
         section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS)
     )
     return row
+
+
+def _batching(row: dict[str, Any]) -> str:
+    batch = row.get("texts_per_batch")  # runs saved before the service counted them have none
+    return "n/a" if batch is None else f"{batch} ({row.get('texts_per_forward')})"
 
 
 def _num(value: float | None) -> str:

@@ -125,6 +125,12 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _batching(run: dict[str, Any]) -> str:
+    """Texts per dynamic batch (and per forward) over a run, where the service counted them."""
+    batch, forward = run.get("texts_per_batch"), run.get("texts_per_forward")
+    return "" if batch is None else f"{batch} ({forward})"
+
+
 def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
     """The limit when only as many texts are known as single-text clients keep in flight: is a
     shortfall at that level batching fewer texts, or serving cost?"""
@@ -166,8 +172,9 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
         *_limit_cpu_lines(limit),
         "",
         "| target | texts/request | concurrency | texts/s | p50 ms | p95 ms | p99 ms | errors "
-        "| vs limit | vs naive | server CPU ms/text | CPU vs limit | model replica cores busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs limit | vs naive | server CPU ms/text | CPU vs limit | model replica cores busy "
+        "| texts per batch (forward) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(results["runs"], key=lambda r: (r["texts_per_request"], r["concurrency"])):
         vs_naive = f"{r['vs_naive']:.2f}x" if r["target"] == "service" and r["vs_naive"] else ""
@@ -179,7 +186,8 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
             f"{r['texts_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
             f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} | "
             f"{r.get('server_cpu_ms_per_text', '')} | "
-            f"{'' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} | {'' if busy is None else busy} |"
+            f"{'' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} | {'' if busy is None else busy} "
+            f"| {_batching(r)} |"
         )
     half = results["half_load"]
     lines += [

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,18 @@ class Job:
     @property
     def tokens(self) -> int:
         return int(self.packed.offsets[-1])
+
+
+@dataclass
+class Tally:
+    """What the core has done since it started (/readyz; the bench reads it around each run).
+    `loop_forward_cpu_s`: the loop thread's CPU in forwards run on it, which /proc counts as the
+    loop's own work (exact with one intra-op thread, as in the bench's tiny-model run)."""
+
+    batches: int = 0
+    batched_texts: int = 0
+    forwards: int = 0
+    loop_forward_cpu_s: float = 0.0
 
 
 def _name_thread() -> None:
@@ -119,10 +131,7 @@ class ModelCore:
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
-        # CPU seconds of the forwards run on the event loop: /proc counts them as the loop's own
-        # work, so the bench subtracts this to tell the replica's overhead from its model. Only
-        # the loop thread's own CPU: exact with one intra-op thread (the bench's tiny model).
-        self.loop_forward_cpu_s = 0.0
+        self.tally = Tally()
         self._rechecked = getattr(self.model, "rechecked_texts", 0)  # the warm-up's: not counted
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
@@ -164,7 +173,7 @@ class ModelCore:
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
             "inline_forward_ms": self.inline_max_s * 1e3,
-            "loop_forward_cpu_s": round(self.loop_forward_cpu_s, 6),
+            **asdict(self.tally),
         }
 
     async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
@@ -196,6 +205,8 @@ class ModelCore:
         if not len(live):
             return
         self.metrics.batch_texts.observe(len(live))
+        self.tally.batches += 1
+        self.tally.batched_texts += len(live)
         loop = asyncio.get_running_loop()
         overhead = self._overhead()
         budget = self.batch.micro_batch_tokens
@@ -209,12 +220,13 @@ class ModelCore:
             if inline:
                 cpu0 = time.thread_time()
                 out, ok, seconds = self.forward(rows)
-                self.loop_forward_cpu_s += time.thread_time() - cpu0
+                self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
             else:
                 out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, calls, 1)
+            self.tally.forwards += 1
             self.metrics.forward_texts.observe(len(texts))
             self.metrics.forward_padded_tokens.observe(padded)
             self.metrics.padding_ratio.observe(padding_ratio(group_lengths))

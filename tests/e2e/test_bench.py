@@ -58,6 +58,8 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert r["cpu_ms_per_text_by_group"][served_by] > 0, r
         if r["target"] == "service":
             assert r["model_replica_busy_cores"] > 0 and r["forward_thread_busy_cores"] > 0, r
+            # The model core's own counts over the run (/readyz): it batched and forwarded.
+            assert r["texts_per_batch"] >= r["texts_per_forward"] >= 1, r
     assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
     assert [t["goal"] for t in doc["targets"]] == [0.85, 0.9, 250.0, 3.0]
     assert doc["ingress"] == "haproxy" and doc["ingress_replicas"] >= 1
@@ -82,6 +84,7 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         assert isinstance(r["server_cpu_ms_per_request"], float)
         assert r["server_cpu_ms_per_request"] > 0
         assert r["forward_cpu_ms_per_text"] >= 0 and r["model_replica_cpu_ms_per_text"] >= 0
+        assert r["texts_per_batch"] >= r["texts_per_forward"] >= 1, r
         assert {"SentimentIngress", "SentimentModel"} <= set(r["groups"]), r["groups"]
         total = sum(g["cpu_ms_per_request"] for g in r["groups"].values())
         assert abs(total - r["server_cpu_ms_per_request"]) < 0.01 + 0.01 * total

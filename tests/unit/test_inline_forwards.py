@@ -67,8 +67,8 @@ def test_a_cheap_forward_runs_on_the_event_loop(replica: ModelCore, tiny_model_d
     probs, status = infer(replica, SAMPLE_TEXT[:1])
     assert replica.forward.threads == [threading.current_thread().name]  # type: ignore[attr-defined]
     assert (status == OK).all()
-    # Its CPU is counted apart from the loop's own work (/readyz; loadtest.overhead reads it).
-    assert replica.loop_forward_cpu_s > 0
+    # Its CPU is counted apart from the loop's own work (/readyz; the bench reads it).
+    assert replica.tally.loop_forward_cpu_s > 0
     local = SentimentModel.load(tiny_model_dir, device="cpu", max_length=MAX_LEN)
     expected = local.predict([e.ids for e in local.encode(SAMPLE_TEXT[:1])]).numpy()
     np.testing.assert_allclose(probs, expected, atol=1e-5)
@@ -80,7 +80,7 @@ def test_a_costly_forward_runs_on_the_forward_thread(replica: ModelCore) -> None
     threads = replica.forward.threads  # type: ignore[attr-defined]
     assert threads and all(name.startswith("forward") for name in threads)
     assert (status == OK).all() and probs.shape == (32, 2)
-    assert replica.loop_forward_cpu_s == 0
+    assert replica.tally.loop_forward_cpu_s == 0
 
 
 def test_without_a_calibration_nothing_runs_inline(tiny_model_dir: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loadtest import cpu, overheadreport
+from loadtest import cpu, overheadreport, tally
 from loadtest.httpload import RunResult
 from loadtest.overhead import level_row
 
@@ -26,10 +26,14 @@ def test_loop_forwards_leave_the_model_replicas_own_cpu() -> None:
         forward_by_group={"SentimentModel": 0.1},
         processes={"SentimentIngress": 1, "SentimentModel": 1},
     )
-    row = level_row(64, _result(), used, loop_forward_s=0.2)
+    counted = {"batches": 10.0, "batched_texts": 300.0, "forwards": 30.0, "loop_forward_cpu_s": 1.0}
+    later = {"batches": 40.0, "batched_texts": 1300.0, "forwards": 155.0, "loop_forward_cpu_s": 1.2}
+    row = level_row(64, _result(), used, tally.between(counted, later))
     assert row["model_replica_cpu_ms_per_text"] == pytest.approx(0.2)  # 0.5 - 0.1 - 0.2
     assert row["forward_cpu_ms_per_text"] == pytest.approx(0.3)
     assert row["server_cpu_ms_per_request"] == pytest.approx(0.9)
+    # 1,000 texts in 30 batches and 125 forwards over the window.
+    assert (row["texts_per_batch"], row["texts_per_forward"]) == (33.3, 8.0)
 
 
 def test_colocated_loop_forwards_count_as_forwards_only() -> None:
@@ -38,7 +42,7 @@ def test_colocated_loop_forwards_count_as_forwards_only() -> None:
         forward_by_group={"SentimentIngress": 0.1},
         processes={"SentimentIngress": 1},
     )
-    row = level_row(64, _result(), used, loop_forward_s=0.25)
+    row = level_row(64, _result(), used, {"loop_forward_s": 0.25})
     assert row["model_replica_cpu_ms_per_text"] is None  # no model replica process
     assert row["forward_cpu_ms_per_text"] == pytest.approx(0.35)
 
@@ -74,3 +78,12 @@ def test_what_the_service_adds_is_split_by_the_measured_forwards() -> None:
     line = overheadreport._split_line(section)
     assert "forwards took 0.300 ms per text (0.200 at its in-process limit)" in line
     assert "the request path itself 0.200 ms" in line
+
+
+def test_counts_from_a_service_without_them_give_no_figures() -> None:
+    assert tally.between({}, {}) == {
+        "texts_per_batch": None,
+        "texts_per_forward": None,
+        "loop_forward_s": 0.0,
+    }
+    assert tally.read(None) == {}
