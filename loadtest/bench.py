@@ -250,10 +250,8 @@ async def _serve_and_measure(
             payloads = bodies(texts, per_request)
             for c in levels:
                 for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                    readyz = urls[target].replace("/v1/classify", "/readyz")
-                    r, used = await _measure(
-                        urls[target], payloads, c, plan, readyz if target == "service" else None
-                    )
+                    readyz = serving.readyz_url(urls[target]) if target == "service" else None
+                    r, used = await _measure(urls[target], payloads, c, plan, readyz)
                     rows.append({**_row(target, per_request, c, r), **used})
                     print(
                         f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "

@@ -220,7 +220,7 @@ def run(
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
-        readyz = url.replace("/v1/classify", "/readyz")
+        readyz = serving.readyz_url(url)
         served = _served_backend(readyz)
         rows = asyncio.run(measure(url, payloads, plan, readyz=readyz))
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX))
@@ -268,7 +268,7 @@ def _two_tier(
     tiny model served in two tiers (the GPU layout), at the target's client count only."""
     two_tier = settings.model_copy(update={"layout": "two-tier"})
     with serving.local_service(two_tier, ingress, ingress_replicas) as url:
-        readyz = url.replace("/v1/classify", "/readyz")
+        readyz = serving.readyz_url(url)
         _served_backend(readyz)
         return asyncio.run(
             measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])

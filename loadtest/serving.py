@@ -31,6 +31,11 @@ SERVICE_APP = "bench-overhead"  # the application `local_service` runs
 CLASSIFY_SUFFIX = "/service/v1/classify"  # a local service's classify URL after its base
 
 
+def readyz_url(classify_url: str) -> str:
+    """The readiness URL beside a local service's classify URL."""
+    return classify_url.replace("/v1/classify", "/readyz")
+
+
 def default_ingress_replicas() -> int:
     """One ingress replica per core the model replica leaves free."""
     return max(1, (os.cpu_count() or 1) - 1)
