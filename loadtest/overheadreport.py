@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest import hops
+from loadtest import hops, tally
 from loadtest.overhead import (
     ADDED_CPU_MS_PER_REQUEST,
     MODEL_GROUP,
@@ -70,7 +70,7 @@ def report_lines(section: dict[str, Any]) -> list[str]:
             f"| {r['concurrency']} | {r['requests_per_s']:.1f} | {r['p50_ms']:.1f} | "
             f"{r['p99_ms']:.1f} | {_num(r['server_cpu_ms_per_request'])} | "
             f"{_num(r['model_replica_cpu_ms_per_text'])} | "
-            f"{_num(r['forward_cpu_ms_per_text'])} | {_batching(r)} | {r['errors']} |"
+            f"{_num(r['forward_cpu_ms_per_text'])} | {tally.shown(r, 'n/a')} | {r['errors']} |"
         )
     if "floor_levels" in section:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
@@ -141,7 +141,7 @@ def _two_tier_lines(section: dict[str, Any]) -> list[str]:
         f"{r['concurrency']} clients: {r['requests_per_s']:.1f} requests/s, server CPU "
         f"{_num(r['server_cpu_ms_per_request'])} ms/request, of which the model replica "
         f"{_num(r['model_replica_cpu_ms_per_text'])} ms per text beside its forwards' "
-        f"{_num(r['forward_cpu_ms_per_text'])}; texts per batch (forward) {_batching(r)}.",
+        f"{_num(r['forward_cpu_ms_per_text'])}; texts per batch (forward) {tally.shown(r, 'n/a')}.",
     ]
 
 
@@ -168,11 +168,6 @@ def _headline_row(section: dict[str, Any]) -> dict[str, Any]:
         section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS)
     )
     return row
-
-
-def _batching(row: dict[str, Any]) -> str:
-    batch = row.get("texts_per_batch")  # runs saved before the service counted them have none
-    return "n/a" if batch is None else f"{batch} ({row.get('texts_per_forward')})"
 
 
 def _num(value: float | None) -> str:

@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from loadtest import overheadreport
+from loadtest import overheadreport, tally
 
 # The targets the service is held to (single-text c=64, multi-text, latency at half load).
 SINGLE_VS_LIMIT = 0.85
@@ -125,12 +125,6 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _batching(run: dict[str, Any]) -> str:
-    """Texts per dynamic batch (and per forward) over a run, where the service counted them."""
-    batch, forward = run.get("texts_per_batch"), run.get("texts_per_forward")
-    return "" if batch is None else f"{batch} ({forward})"
-
-
 def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
     """The limit when only as many texts are known as single-text clients keep in flight: is a
     shortfall at that level batching fewer texts, or serving cost?"""
@@ -187,7 +181,7 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
             f"{r['p99_ms']:.0f} | {r['errors']} | {r['vs_limit']:.2f} | {vs_naive} | "
             f"{r.get('server_cpu_ms_per_text', '')} | "
             f"{'' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} | {'' if busy is None else busy} "
-            f"| {_batching(r)} |"
+            f"| {tally.shown(r)} |"
         )
     half = results["half_load"]
     lines += [

@@ -19,6 +19,13 @@ def read(readyz: str | None) -> dict[str, float]:
     return {k: float(info[k]) for k in COUNTS if k in info}
 
 
+def shown(row: dict[str, object], missing: str = "") -> str:
+    """A report cell: texts per batch (per forward), or `missing` for a run without counts
+    (the naive endpoint, or runs saved before the service counted them)."""
+    batch = row.get("texts_per_batch")
+    return missing if batch is None else f"{batch} ({row.get('texts_per_forward')})"
+
+
 def between(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
     """Texts per batch and per forward, and the loop forwards' CPU seconds, over a run."""
     done = {k: after[k] - before[k] for k in COUNTS if k in before and k in after}
