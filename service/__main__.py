@@ -126,6 +126,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics"
         "  (ray_serve_* and ray_sentiment_*)\n"
         f"  ingress   {ingress}, {layout}\n"
+        f"  backend   {_backend_line(settings)}\n"
         "Ctrl-C stops it; requests in flight finish first.",
         flush=True,
     )
@@ -137,6 +138,22 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     _drain_and_stop(settings)
     print("stopped", flush=True)
     return 0
+
+
+def _backend_line(settings: Settings) -> str:
+    """What the replica serves with and why, as its /readyz says (a fallback to torch, e.g.
+    where no parity was measured on this device, must not go unnoticed)."""
+    import json
+    import urllib.request
+
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    url = f"http://{host}:{settings.port}{settings.route_prefix.rstrip('/')}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            ready = json.load(response)
+    except (OSError, ValueError) as exc:
+        return f"unknown: {url} did not answer ({exc})"
+    return f"{ready.get('backend')} ({ready.get('backend_reason')})"
 
 
 def _drain_and_stop(settings: Settings) -> None:

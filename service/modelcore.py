@@ -168,6 +168,7 @@ class ModelCore:
             "device": str(self.model.device),
             "dtype": dtype_name(self.model.dtype),
             "backend": self.model.backend_name,
+            "backend_reason": self.model.backend_reason,
             "forward_in": "process" if isinstance(self.model, ForwardProcess) else "thread",
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),

@@ -28,6 +28,7 @@ def test_auto_serves_the_measured_fastest_backend(
     app = cluster.deploy("int8", model_path=str(model_dir), backend="auto")
     ready = app.ready()
     assert ready["backend"] == "onnx-int8"  # warm-up ran every shape bucket on it: ready
+    assert "measured fastest on cpu (250.0 texts/s)" in ready["backend_reason"]
     answer = app.classify({"texts": SAMPLE_TEXT})
     assert answer.status_code == 200
     local = SentimentModel.load(model_dir, device="cpu", max_length=32).classify(SAMPLE_TEXT)
