@@ -81,21 +81,23 @@ class AtATime:
 def at_a_time(
     model: SentimentModel,
     texts: list[str],
-    known: int,
+    known: list[int],
     budget: int,
     overhead: int,
     rounds: int = 3,
-) -> AtATime:
-    """Best texts/s when only `known` texts are known at a time, in arrival (random) order:
-    what the batcher can sort and cut at `known` single-text clients, which is all a server
-    with `known` texts in flight can do. Rounds alternate with the all-sorted run."""
+) -> list[AtATime]:
+    """Best texts/s for each count of texts known at a time, in arrival (random) order: what
+    the batcher can sort and cut with that many texts in flight, which is all a server with
+    that many can do. Rounds alternate with the all-sorted run."""
     arrivals = texts[:]
     random.Random(0).shuffle(arrivals)
-    best, best_all = 0.0, 0.0
+    best = dict.fromkeys(known, 0.0)
+    best_all = 0.0
     for _ in range(rounds):
-        best = max(best, run_once(model, arrivals, budget, overhead, known))
+        for n in known:
+            best[n] = max(best[n], run_once(model, arrivals, budget, overhead, n))
         best_all = max(best_all, run_once(model, texts, budget, overhead))
-    return AtATime(known, best, best_all)
+    return [AtATime(n, best[n], best_all) for n in known]
 
 
 def single_text_ms(model: SentimentModel, texts: list[str], count: int = 64) -> float:

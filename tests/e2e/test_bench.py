@@ -37,6 +37,10 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     grouped = doc["limit"]["at_a_time"]
     assert grouped["texts"] == max(doc["plan"]["singles"])
     assert grouped["texts_per_s"] > 0 and grouped["all_sorted_texts_per_s"] > 0
+    # And with half as many: what one call in flight per ingress lets the batcher hold.
+    assert (
+        grouped["half_texts"] == max(1, grouped["texts"] // 2) and grouped["half_texts_per_s"] > 0
+    )
     runs = {(r["target"], r["texts_per_request"], r["concurrency"]): r for r in doc["runs"]}
     plan = doc["plan"]
     kinds = ((1, plan["singles"]), (plan["multi_size"], plan["multis"]))
