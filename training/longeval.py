@@ -18,7 +18,7 @@ import torch
 
 from service.chunking import WindowEncoder, aggregate
 from service.settings import Settings
-from training.data import TokenizedDataset
+from training.batches import TokenizedDataset
 from training.loop import predict
 
 

@@ -22,10 +22,10 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from training.activations import set_activation_checkpointing
+from training.batches import LengthGroupedBatchSampler, PadCollator, TokenizedDataset
 from training.checkpoints import CHECKPOINT_FILE as CHECKPOINT_FILE
 from training.checkpoints import load_checkpoint as load_checkpoint
 from training.checkpoints import save_checkpoint as save_checkpoint
-from training.data import LengthGroupedBatchSampler, PadCollator, TokenizedDataset
 from training.distributed import DistContext as DistContext
 from training.distributed import barrier as barrier
 from training.distributed import setup_distributed as setup_distributed

@@ -19,15 +19,9 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from training.batches import TokenizedDataset, encode_texts
 from training.card import render_card
-from training.data import (
-    LABEL_NAMES,
-    CleanStats,
-    Example,
-    TokenizedDataset,
-    check_both_labels,
-    encode_texts,
-)
+from training.data import LABEL_NAMES, CleanStats, Example, check_both_labels
 from training.longeval import chunked_predictions
 from training.loop import (
     DistContext,

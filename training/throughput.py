@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from training.data import TokenizedDataset
+from training.batches import TokenizedDataset
 from training.loop import (
     DistContext,
     TrainConfig,

@@ -11,7 +11,7 @@ import torch
 import training.loop as loop
 from tests.unit.test_training_loop import make_examples, write_csv
 from training.activations import is_checkpointing, set_activation_checkpointing
-from training.data import TokenizedDataset, encode_texts
+from training.batches import TokenizedDataset, encode_texts
 from training.loop import TrainConfig
 from training.pipeline import load_for_training
 from training.strategy import SetupError, make_strategy

@@ -10,12 +10,10 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from training.__main__ import main
+from training.batches import LengthGroupedBatchSampler, PadCollator, TokenizedDataset
 from training.data import (
     DataError,
     Example,
-    LengthGroupedBatchSampler,
-    PadCollator,
-    TokenizedDataset,
     check_both_labels,
     clean,
     load_examples,

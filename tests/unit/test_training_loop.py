@@ -14,7 +14,8 @@ import torch
 import training.loop as loop
 from service.model import SentimentModel
 from tests.tiny_bert import build_tiny_bert
-from training.data import Example, TokenizedDataset, encode_texts
+from training.batches import TokenizedDataset, encode_texts
+from training.data import Example
 from training.loop import TrainConfig, linear_warmup_decay, resolve_amp
 from training.pipeline import RunSpec, encode_rows, fine_tune, load_for_training
 
