@@ -17,86 +17,15 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest import corpus, cpu, overhead, serving, tally
-from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
+from loadtest import corpus, overhead, serving
 from loadtest.report import hardware, write_reports
+from loadtest.served import FULL, QUICK, serve_and_measure
 
-
-@dataclass
-class Plan:
-    """How much to measure; `--quick` shrinks everything for tests."""
-
-    texts: int
-    seconds: float
-    warmup_s: float
-    singles: list[int]
-    multis: list[int]
-    multi_size: int
-    budgets: list[int]
-    half_load_s: float
-
-
-FULL = Plan(1024, 12.0, 2.0, [1, 16, 64], [1, 4, 16], 32, [512, 1024, 2048, 4096], 20.0)
-QUICK = Plan(96, 2.0, 0.5, [1, 8], [2], 8, [1024], 2.0)
 GPU_BUDGETS = [4096, 16384, 65536]
-MODEL_GROUP = "SentimentModel"
-
-
-def _row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[str, Any]:
-    return {
-        "target": target,
-        "texts_per_request": per_request,
-        "concurrency": concurrency,
-        "texts_per_s": round(r.texts_per_s, 2),
-        "p50_ms": round(r.percentile(0.50) * 1000, 1),
-        "p95_ms": round(r.percentile(0.95) * 1000, 1),
-        "p99_ms": round(r.percentile(0.99) * 1000, 1),
-        "requests": r.requests,
-        "errors": r.errors,
-        "statuses": {str(k): v for k, v in sorted(r.statuses.items())},
-    }
-
-
-async def _measure(
-    url: str,
-    payloads: list[tuple[bytes, int]],
-    concurrency: int,
-    plan: Plan,
-    readyz: str | None = None,
-) -> tuple[RunResult, dict[str, Any]]:
-    """One closed-loop run after a warm-up, where the server's CPU went meanwhile, and (with
-    the service's `readyz`) how many texts its batches and forwards held."""
-    await closed_loop(url, payloads, concurrency, plan.warmup_s, 10_000)
-    me = os.getpid()  # the load generator: not the server, never counted
-    counted = tally.read(readyz)
-    before = cpu.snapshot(me)
-    r = await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
-    used = cpu_figures(cpu.usage(before, cpu.snapshot(me)), r)
-    if readyz is not None:
-        batching = tally.between(counted, tally.read(readyz))
-        used |= {k: batching[k] for k in ("texts_per_batch", "texts_per_forward")}
-    return r, used
-
-
-def cpu_figures(used: cpu.Usage, r: RunResult) -> dict[str, Any]:
-    """Server CPU per text by process group, and how many cores the model replica kept busy
-    (one core busy means its Python, not its device, bounds it), and the forward threads'."""
-    texts = max(1, r.texts)
-    seconds = max(r.seconds, 1e-9)
-    model = used.by_group.get(MODEL_GROUP)  # None co-located: no model replica process
-    return {
-        "server_cpu_ms_per_text": round(used.total * 1000 / texts, 3),
-        "model_replica_busy_cores": None if model is None else round(model / seconds, 2),
-        # Co-located, the ingress runs the forwards: count forward threads wherever they are.
-        "forward_thread_busy_cores": round(sum(used.forward_by_group.values()) / seconds, 2),
-        "cpu_ms_per_text_by_group": {
-            g: round(v * 1000 / texts, 3) for g, v in sorted(used.by_group.items())
-        },
-    }
 
 
 def _synthetic_bert_base(tokenizer_from: Path, out: Path) -> Path:
@@ -176,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     service_runs, naive_runs, half = asyncio.run(
-        _serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
+        serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
     )
     return {
         **common,
@@ -232,60 +161,6 @@ def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
         args.overhead_layers,
         backend,
     )
-
-
-async def _serve_and_measure(
-    args: argparse.Namespace,
-    plan: Plan,
-    texts: list[str],
-    model_path: Path,
-    threads: int,
-    budget: int,
-    on_gpu: bool,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    ingress, replicas = args.ingress, args.ingress_replicas
-    print(f"service ({replicas} ingress replicas) and naive app behind {ingress}", flush=True)
-    apps = serving.local_apps(
-        model_path, threads, budget, on_gpu, args.device, args.dtype, ingress, replicas
-    )
-    with apps as urls:
-        service_runs: list[dict[str, Any]] = []
-        naive_runs: list[dict[str, Any]] = []
-        kinds = [(1, plan.singles), (plan.multi_size, plan.multis)]
-        half: dict[str, Any] = {}
-        for per_request, levels in kinds:
-            payloads = bodies(texts, per_request)
-            for c in levels:
-                for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                    readyz = serving.readyz_url(urls[target]) if target == "service" else None
-                    r, used = await _measure(urls[target], payloads, c, plan, readyz)
-                    rows.append({**_row(target, per_request, c, r), **used})
-                    print(
-                        f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
-                        f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
-                        f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
-                        f"  model replica {used['model_replica_busy_cores']} cores busy"
-                        f" (forward thread {used['forward_thread_busy_cores']})",
-                        flush=True,
-                    )
-            if per_request == 1:
-                # Before the multi-text runs: the naive endpoint keeps computing requests its
-                # clients gave up on there, and that work would land in this latency run.
-                half = await _half_load(urls["service"], texts, service_runs, plan)
-        half["ingress"] = ingress
-        half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak
-    return service_runs, naive_runs, half
-
-
-async def _half_load(
-    url: str, texts: list[str], service_runs: list[dict[str, Any]], plan: Plan
-) -> dict[str, Any]:
-    """Open-loop Poisson arrivals at half the best single-text rate: latency under load."""
-    rate = max(r["texts_per_s"] for r in service_runs if r["texts_per_request"] == 1) / 2
-    r = await open_loop(url, bodies(texts, 1), rate, plan.half_load_s)
-    half = {**_row("service", 1, 0, r), "offered_texts_per_s": round(rate, 2)}
-    print(f"half load: {rate:.1f} texts/s offered -> p99 {half['p99_ms']} ms", flush=True)
-    return half
 
 
 def main(argv: list[str] | None = None) -> int:
