@@ -21,22 +21,18 @@ This process uses the standard library only; the parts import the rest.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadtest import gpubundle
+from loadtest.gpuparts import ROOT, Run, run_part
 from loadtest.gpusummary import markdown, summarize
 
-ROOT = Path(__file__).resolve().parent.parent
 PREFLIGHT = """
 import json, os, sys, torch
 doc = {"python": sys.version.split()[0], "torch": torch.__version__, "cores": os.cpu_count(),
@@ -56,23 +52,6 @@ print(json.dumps(doc))
 """
 
 
-@dataclass
-class Run:
-    """The settings of one orchestrated run."""
-
-    out: Path
-    work: Path
-    smoke: bool
-    deadline: float
-    budgets: dict[str, float]
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def device(self) -> str:
-        return "cpu" if self.smoke else "cuda"
-
-
 # The H200 run's bench needed ~240 s before its tiny-model overhead section (~120 s more).
 FULL_BUDGETS = {
     "prepare": 60.0, "training": 90.0, "probe": 75.0, "convoy": 90.0, "bench": 420.0,
@@ -85,67 +64,6 @@ SMOKE_BUDGETS = {
 # --train-probe: on a GPU the two synthetic sizes, on the CPU one pass over the tiny model.
 TRAIN_PROBE_BUDGETS = {"train-probe-bert-base": 150.0, "train-probe-bert-large": 240.0}
 TRAIN_PROBE_SMOKE_BUDGETS = {"train-probe-tiny": 120.0}
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Processes still in session `sid` (Ray daemons and HAProxy a part left behind)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
-def _end_session(sid: int) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _session_pids(sid)
-        for pid in pids:
-            with contextlib.suppress(OSError):  # it ended meanwhile
-                os.kill(pid, sig)
-        if not pids:
-            return
-        time.sleep(3)
-
-
-def run_part(run: Run, name: str, cmd: list[str], result: Path | None = None) -> dict[str, Any]:
-    """Run one part in its own session under its limit; record status, time and its JSON."""
-    limit = min(run.budgets.get(name, 60.0), run.deadline - time.monotonic())
-    record: dict[str, Any] = {"command": " ".join(cmd), "limit_s": round(limit, 1)}
-    run.parts[name] = record
-    if limit < 5:
-        record["status"] = "skipped: no time left"
-        return record
-    print(f"== {name} (limit {limit:.0f} s): {record['command']}", flush=True)
-    log = run.out / f"{name}.log"
-    began = time.monotonic()
-    with log.open("w") as f:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=run.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            rc = None
-        _end_session(proc.pid)
-        proc.wait()
-    record["seconds"] = round(time.monotonic() - began, 1)
-    record["status"] = "timeout" if rc is None else ("ok" if rc == 0 else f"failed (exit {rc})")
-    if rc != 0:
-        record["log_tail"] = log.read_text(errors="replace")[-1500:]
-    if result is not None and result.is_file():
-        try:
-            record["result"] = json.loads(result.read_text())
-        except ValueError as exc:
-            record["status"] += f"; unreadable {result.name}: {exc}"
-    print(f"   {name}: {record['status']} in {record['seconds']} s", flush=True)
-    return record
 
 
 def _bundle_env(run: Run, bundle: Path) -> None:
