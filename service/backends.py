@@ -23,7 +23,7 @@ import numpy.typing as npt
 import torch
 
 from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
-from service.batching import round_up
+from service.batching import plan_micro_batches, round_up
 from service.int8 import unsafe_here as int8_unsafe_here
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "tensorrt")
@@ -69,6 +69,12 @@ class TorchBackend:
 # few: on the default model, label agreement with torch was 99.73% / 99.65% / 99.36% in
 # forwards of 256 / 1024 / 4096 tokens, and 512-token runs were as fast as any (2 threads).
 INT8_RUN_TOKENS = 512
+# A run's fixed cost (ONNX Runtime's call, the graph's small ops) in padded tokens: 0.78 ms
+# against 0.035 ms a token for the default model's INT8 graph on 2 VNNI cores. Runs are cut
+# where one more run costs less than the padding it saves, as forwards are
+# (service.batching): in-process, 32 texts known at a time ran 10% faster than with runs
+# filled in order (docs/benchmarks.md).
+INT8_RUN_OVERHEAD_TOKENS = 24
 
 
 # INT8 changes a label only where FP32's two top probabilities are nearly level: on 12,000
@@ -81,54 +87,54 @@ INT8_RECHECK_MARGIN = 0.2
 
 class OrtBackend:
     """An ONNX Runtime session on one exported graph; `run_tokens` splits a forward's rows
-    into runs of at most that many padded tokens (0: one run). With a `recheck` session (the
-    FP32 graph), rows whose answer has a top-two margin below INT8_RECHECK_MARGIN are
-    recomputed there; `rechecked` counts them."""
+    into runs of at most that many padded tokens (0: one run), each of `run_overhead` tokens'
+    fixed cost. With a `recheck` session (the FP32 graph), rows whose answer has a top-two
+    margin below INT8_RECHECK_MARGIN are recomputed there; `rechecked` counts them."""
 
     def __init__(
-        self, name: str, session: Any, run_tokens: int = 0, recheck: Any | None = None
+        self,
+        name: str,
+        session: Any,
+        run_tokens: int = 0,
+        recheck: Any | None = None,
+        run_overhead: int = INT8_RUN_OVERHEAD_TOKENS,
     ) -> None:
         self.name = name
         self.session = session
         self.run_tokens = run_tokens
+        self.run_overhead = run_overhead
         self.recheck = recheck
         self.rechecked = 0
 
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
         """Run the session; the graph's `logits` output as a float32 tensor."""
-        outs = [
-            self.session.run(
-                ["logits"],
-                {
-                    "input_ids": input_ids[begin:end, :width],
-                    "attention_mask": mask[begin:end, :width],
-                },
-            )[0]
-            for begin, end, width in self._runs(mask)
-        ]
-        out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
+        runs = self._runs(mask)
+        if len(runs) == 1 and runs[0][1] == mask.shape[1]:
+            out = self._run(input_ids, mask)
+        else:
+            parts = [(rows, self._run(input_ids[rows, :w], mask[rows, :w])) for rows, w in runs]
+            out = np.empty((len(mask), parts[0][1].shape[1]), dtype=np.float32)
+            for rows, logits in parts:
+                out[rows] = logits
         if self.recheck is not None:
             self._recheck(self.recheck, out, input_ids, mask)
         return torch.from_numpy(out)
 
-    def _runs(self, mask: Ids) -> list[tuple[int, int, int]]:
-        """[begin, end) row spans of at most `run_tokens` padded tokens, in order, each with its
-        own longest row as its width (rows are right-padded). The planner sends rows sorted by
-        length, so a run of short rows no longer pays the padding of the forward's longest."""
+    def _run(self, input_ids: Ids, mask: Ids) -> npt.NDArray[np.float32]:
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
+
+    def _runs(self, mask: Ids) -> list[tuple[list[int], int]]:
+        """Row groups of at most `run_tokens` padded tokens, each with its own longest row as
+        its width (rows are right-padded), planned like forwards: rows of similar length run
+        together, and a run of short rows does not pay the padding of the forward's longest."""
         width = mask.shape[1]
         if not self.run_tokens:
-            return [(0, len(mask), width)]
+            return [(list(range(len(mask))), width)]
         lengths = mask.sum(axis=1).tolist()
-        runs: list[tuple[int, int, int]] = []
-        begin, longest = 0, 0
-        for row, length in enumerate(lengths):
-            if row > begin and (row - begin + 1) * round_up(max(longest, length)) > self.run_tokens:
-                runs.append((begin, row, longest))
-                begin, longest = row, 0
-            longest = max(longest, length)
-        runs.append((begin, len(lengths), longest))
+        groups = plan_micro_batches(lengths, self.run_tokens, self.run_overhead)
         # Widths stay multiples of the padding the forwards (and the warm-up) use.
-        return [(b, e, min(width, round_up(w))) for b, e, w in runs]
+        return [(g, min(width, round_up(max(lengths[i] for i in g)))) for g in groups]
 
     def _recheck(
         self, exact: Any, logits: npt.NDArray[np.float32], input_ids: Ids, mask: Ids

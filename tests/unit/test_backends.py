@@ -244,6 +244,32 @@ def test_int8_runs_are_cut_to_their_own_longest_row(exported_dir: Path) -> None:
     assert np.array_equal(got[20:], loaded.session.run(["logits"], long)[0])
 
 
+def test_int8_runs_keep_short_rows_apart_when_the_padding_costs_more_than_a_run(
+    exported_dir: Path,
+) -> None:
+    """Ten rows of 8 tokens and five of 40: filled up to the budget in sorted order, the ten
+    short rows would share a run with two long ones at width 40 (480 tokens), paying 32 tokens
+    of padding each. Planned, they run apart, each group at its own width, in whatever order
+    the rows came."""
+    from service.backends import INT8_RUN_TOKENS, OrtBackend, load_ort
+
+    loaded = load_ort("onnx-int8", exported_dir, torch.device("cpu"), threads=1)
+    backend = OrtBackend("onnx-int8", loaded.session, INT8_RUN_TOKENS)  # without rechecks
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
+    seeds = [e.ids for e in model.encode(_texts(15, seed=5))]
+    rows = [(r * 40)[:40] for r in seeds[:5]] + [(r * 8)[:8] for r in seeds[5:]]  # long first
+    ids, mask = _padded(rows, 40)
+    assert [(sorted(g), w) for g, w in backend._runs(mask)] == [
+        (list(range(5, 15)), 8),
+        (list(range(5)), 40),
+    ]
+    got = backend.logits(ids, mask).numpy()
+    short = {"input_ids": ids[5:, :8], "attention_mask": mask[5:, :8]}
+    assert np.array_equal(got[5:], loaded.session.run(["logits"], short)[0])
+    long = {"input_ids": ids[:5], "attention_mask": mask[:5]}
+    assert np.array_equal(got[:5], loaded.session.run(["logits"], long)[0])
+
+
 def test_int8_answers_too_close_to_call_are_recomputed_in_fp32(
     exported_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
