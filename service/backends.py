@@ -72,8 +72,8 @@ INT8_RUN_TOKENS = 512
 # A run's fixed cost (ONNX Runtime's call, the graph's small ops) in padded tokens: 0.78 ms
 # against 0.035 ms a token for the default model's INT8 graph on 2 VNNI cores. Runs are cut
 # where one more run costs less than the padding it saves, as forwards are
-# (service.batching): in-process, 32 texts known at a time ran 10% faster than with runs
-# filled in order (docs/benchmarks.md).
+# (service.batching): in-process, 32 and 64 texts known at a time ran 9-10% faster than with
+# runs filled in order (docs/benchmarks.md).
 INT8_RUN_OVERHEAD_TOKENS = 24
 
 
@@ -87,29 +87,23 @@ INT8_RECHECK_MARGIN = 0.2
 
 class OrtBackend:
     """An ONNX Runtime session on one exported graph; `run_tokens` splits a forward's rows
-    into runs of at most that many padded tokens (0: one run), each of `run_overhead` tokens'
-    fixed cost. With a `recheck` session (the FP32 graph), rows whose answer has a top-two
-    margin below INT8_RECHECK_MARGIN are recomputed there; `rechecked` counts them."""
+    into runs of at most that many padded tokens (0: one run). With a `recheck` session (the
+    FP32 graph), rows whose answer has a top-two margin below INT8_RECHECK_MARGIN are
+    recomputed there; `rechecked` counts them."""
 
     def __init__(
-        self,
-        name: str,
-        session: Any,
-        run_tokens: int = 0,
-        recheck: Any | None = None,
-        run_overhead: int = INT8_RUN_OVERHEAD_TOKENS,
+        self, name: str, session: Any, run_tokens: int = 0, recheck: Any | None = None
     ) -> None:
         self.name = name
         self.session = session
         self.run_tokens = run_tokens
-        self.run_overhead = run_overhead
         self.recheck = recheck
         self.rechecked = 0
 
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
         """Run the session; the graph's `logits` output as a float32 tensor."""
-        runs = self._runs(mask)
-        if len(runs) == 1 and runs[0][1] == mask.shape[1]:
+        runs = self._runs(mask) if self.run_tokens else []
+        if not runs or (len(runs) == 1 and runs[0][1] == mask.shape[1]):
             out = self._run(input_ids, mask)
         else:
             parts = [(rows, self._run(input_ids[rows, :w], mask[rows, :w])) for rows, w in runs]
@@ -129,10 +123,8 @@ class OrtBackend:
         its width (rows are right-padded), planned like forwards: rows of similar length run
         together, and a run of short rows does not pay the padding of the forward's longest."""
         width = mask.shape[1]
-        if not self.run_tokens:
-            return [(list(range(len(mask))), width)]
         lengths = mask.sum(axis=1).tolist()
-        groups = plan_micro_batches(lengths, self.run_tokens, self.run_overhead)
+        groups = plan_micro_batches(lengths, self.run_tokens, INT8_RUN_OVERHEAD_TOKENS)
         # Widths stay multiples of the padding the forwards (and the warm-up) use.
         return [(g, min(width, round_up(max(lengths[i] for i in g)))) for g in groups]
 
