@@ -24,6 +24,7 @@ from typing import Any
 from loadtest import corpus, overhead, serving
 from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, QUICK, serve_and_measure
+from service.settings import COMPILE_MODES
 
 GPU_BUDGETS = [4096, 16384, 65536]
 
@@ -72,8 +73,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # The limit and the service run the same backend: the service's Settings read it here.
     os.environ["SENTIMENT_BACKEND"] = args.backend
+    os.environ["SENTIMENT_TORCH_COMPILE"] = args.torch_compile
     model = SentimentModel.load(
-        model_path, device=args.device, dtype=args.dtype, backend=args.backend
+        model_path,
+        device=args.device,
+        dtype=args.dtype,
+        backend=args.backend,
+        torch_compile=args.torch_compile,
     )
     limit = measure(model, texts, budgets)
     budget = args.micro_batch_tokens or limit.micro_batch_tokens
@@ -207,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         "--backend",
         default=os.environ.get("SENTIMENT_BACKEND", "auto"),
         help="torch, onnx, onnx-int8, tensorrt or auto, for the limit and the service",
+    )
+    parser.add_argument(
+        "--torch-compile",
+        choices=COMPILE_MODES,
+        default=os.environ.get("SENTIMENT_TORCH_COMPILE", "off"),
+        help="torch.compile the torch backend, for the limit and the service (reduce-overhead: "
+        "CUDA graphs on a GPU)",
     )
     parser.add_argument(
         "--synthetic-bert-base",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -110,7 +111,7 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
     ).stdout
     if "--ingress-replicas" in helptext:
         cmd += ["--ingress-replicas", str(max(1, (os.cpu_count() or 3) - 2))]
-    return cmd
+    return cmd + run.bench_args
 
 
 def run_train_probe(run: Run, py: str, tiny: Path) -> None:
@@ -236,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget", action="append", default=[], metavar="PART=SECONDS", help="a part's limit"
     )
+    parser.add_argument(
+        "--bench-args",
+        default="",
+        help="more flags for the bench part, e.g. '--torch-compile reduce-overhead' (CUDA graphs)",
+    )
     args = parser.parse_args(argv)
     began = time.monotonic()
     out = args.out.resolve()
@@ -247,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             smoke=args.cpu_smoke,
             deadline=began + (args.total_s or (990.0 if args.train_probe else 600.0)),
             budgets=_budgets(args.budget, args.cpu_smoke),
+            bench_args=shlex.split(args.bench_args),
         )
         run_all(run, args.bundle.resolve(), args.parity_pack.resolve(), args.train_probe)
     doc = summarize(run.parts, "cpu-smoke" if run.smoke else "gpu")

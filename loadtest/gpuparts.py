@@ -27,6 +27,7 @@ class Run:
     smoke: bool
     deadline: float
     budgets: dict[str, float]
+    bench_args: list[str] = field(default_factory=list)  # more flags for loadtest.bench
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
 

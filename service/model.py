@@ -127,10 +127,12 @@ class SentimentModel:
         allow_pickle: bool = False,
         backend: str = "torch",
         max_rows: int = 512,
+        torch_compile: str = "off",
     ) -> SentimentModel:
         """Load the tokenizer and the backend from a local directory; never touches a model
         hub. ONNX backends load the verified export instead of the PyTorch weights
-        (`max_rows` sizes TensorRT's shape profile)."""
+        (`max_rows` sizes TensorRT's shape profile); `torch_compile` compiles the torch
+        backend's module (settings.COMPILE_MODES)."""
         path = Path(path)
         check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
@@ -138,6 +140,11 @@ class SentimentModel:
             chosen, why = resolve_backend(backend, path, dev)
         except BackendError as exc:
             raise ModelLoadError(str(exc)) from None
+        if torch_compile != "off" and chosen != "torch":
+            raise ModelLoadError(
+                f"torch_compile={torch_compile!r} compiles the torch backend, but this model "
+                f"serves {chosen} ({why}); set SENTIMENT_BACKEND=torch to compile it"
+            )
         encoder = TextEncoder.load(path, max_length)
         limit = sequence_limit(path, max_length)
         if chosen != "torch":
@@ -155,7 +162,12 @@ class SentimentModel:
         labels = [str(config.id2label[i]) for i in range(config.num_labels)]
         pad_id = getattr(config, "pad_token_id", None) or 0
         count = sum(p.numel() for p in model.parameters())
-        backend_ = TorchBackend(model, dev)
+        try:
+            backend_ = TorchBackend(model, dev, torch_compile)
+        except BackendError as exc:
+            raise ModelLoadError(str(exc)) from None
+        if torch_compile != "off":
+            why = f"{why}; torch.compile {torch_compile}"
         return cls(
             backend_,
             encoder,

@@ -39,6 +39,7 @@ def load_model(settings: Settings) -> SentimentModel | ForwardProcess:
         "name": s.model_name,
         "allow_pickle": s.allow_pickle,
         "backend": s.backend,
+        "torch_compile": s.torch_compile,
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
     if forwards_in_process(s):

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TorchCompile = Literal["off", "default", "reduce-overhead"]
+COMPILE_MODES: tuple[str, ...] = get_args(TorchCompile)
 
 
 class BatchConfig(BaseModel):
@@ -108,6 +111,12 @@ class Settings(BaseSettings):
         description="Tokens consecutive windows share; None: an eighth of max_seq_len.",
     )
     torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
+    torch_compile: TorchCompile = Field(
+        "off",
+        description="torch backend only: torch.compile the model with dynamic shapes; "
+        "reduce-overhead also replays CUDA graphs on a GPU (rows padded to a few counts so "
+        "few graphs are recorded). Compiling takes 15-40 s at start.",
+    )
     forward_in: Literal["auto", "thread", "process"] = Field(
         "auto",
         description="Where forwards run: a thread of the model replica, or a child process "
