@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from service.batching import round_up
+from service.backends import row_bucket
+from service.batching import PAD_MULTIPLE, round_up
 from service.forwardproc import ForwardProcess
 from service.model import SentimentModel
 
@@ -70,6 +71,20 @@ def shapes(max_length: int, micro_batch_tokens: int) -> list[tuple[int, int]]:
         length *= 2
 
 
+def graph_shapes(max_length: int, micro_batch_tokens: int) -> list[tuple[int, int]]:
+    """(width, rows) of every forward a replica that records CUDA graphs can run: each width
+    (a multiple of 8) at each row count forwards are padded to (backends.row_bucket), up to
+    the bucket of the most rows a micro-batch holds at that width."""
+    out: list[tuple[int, int]] = []
+    for width in range(PAD_MULTIPLE, round_up(max_length) + 1, PAD_MULTIPLE):
+        most = row_bucket(max(1, micro_batch_tokens // width))
+        rows = 1
+        while rows <= most:
+            out.append((width, rows))
+            rows = row_bucket(rows + 1)
+    return out
+
+
 def calibrate(
     model: SentimentModel | ForwardProcess,
     micro_batch_tokens: int,
@@ -97,6 +112,15 @@ def calibrate(
         fixed, per_token = fit(samples)
     except ValueError:  # one token count only (a micro-batch of one row): nothing to fit
         fixed, per_token = 0.0, 0.0
+    if model.records_graphs:
+        # A shape's first call runs it, its second records its CUDA graph: do both for every
+        # shape now, so no request pays for them (hundreds of shapes, seconds on a GPU).
+        rest = graph_shapes(model.max_length, micro_batch_tokens)
+        for width, rows in rest:
+            batch = [(seed * (width // len(seed) + 1))[:width]] * rows
+            model.predict(batch)
+            model.predict(batch)
+        return Calibration(fixed, per_token, len(plan) + len(rest))
     return Calibration(fixed, per_token, len(plan))
 
 

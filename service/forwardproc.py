@@ -83,6 +83,7 @@ class ForwardProcess:
         self.dtype: torch.dtype = getattr(torch, info["dtype"])
         self.backend_name: str = info["backend"]
         self.backend_reason: str = info["backend_reason"]
+        self.records_graphs: bool = info["records_graphs"]
         self.parameters: int = info["parameters"]
         self.max_length: int = info["max_length"]
         from service.encoding import TextEncoder
@@ -223,6 +224,7 @@ def _info(model: SentimentModel) -> dict[str, Any]:
         "backend_reason": model.backend_reason,
         "parameters": model.parameters,
         "max_length": model.max_length,
+        "records_graphs": model.records_graphs,
     }
 
 

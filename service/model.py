@@ -236,6 +236,12 @@ class SentimentModel:
         return bool(getattr(self.backend, "run_tokens", 0))
 
     @property
+    def records_graphs(self) -> bool:
+        """Whether forwards replay CUDA graphs (torch_compile=reduce-overhead on a GPU): the
+        warm-up then runs every shape a forward can have (service.calibration)."""
+        return bool(getattr(self.backend, "graphs", False)) and self.device.type == "cuda"
+
+    @property
     def rechecked_texts(self) -> int:
         """Texts recomputed on the FP32 graph so far (onnx-int8; 0 for other backends)."""
         return int(getattr(self.backend, "rechecked", 0))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from service.batching import plan_micro_batches
-from service.calibration import Calibration, calibrate, fit, shapes
+from service.batching import plan_micro_batches, round_up
+from service.calibration import Calibration, calibrate, fit, graph_shapes, shapes
 from service.model import SentimentModel
 from service.settings import BatchConfig
 
@@ -80,3 +82,34 @@ def test_a_one_row_micro_batch_leaves_the_default_in_force(tiny_model_dir: Path)
     found = calibrate(model, micro_batch_tokens=8)
     assert found.overhead_tokens is None
     assert BatchConfig().overhead_for("cpu", found.overhead_tokens) == 192
+
+
+class _GraphModel:
+    """A stand-in for a model that records CUDA graphs: counts the shapes it is run with."""
+
+    max_length = 40
+    records_graphs = True
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int]] = []
+
+    def encode(self, texts: list[str]) -> list[Any]:
+        return [SimpleNamespace(ids=[101, 7, 102])]
+
+    def predict(self, batch: list[list[int]]) -> None:
+        self.runs.append((round_up(max(map(len, batch))), len(batch)))
+
+
+def test_a_model_that_records_graphs_runs_every_shape_twice_in_the_warm_up() -> None:
+    model = _GraphModel()
+    found = calibrate(model, micro_batch_tokens=96)  # type: ignore[arg-type]
+    every = graph_shapes(40, 96)
+    # Each width a multiple of 8, each row count a bucket, up to the bucket of a full
+    # micro-batch (96 // 24 = 4 rows; 96 // 16 = 6; 96 // 40 = 2).
+    assert [rows for width, rows in every if width == 8] == [1, 2, 3, 4, 6, 8, 12]
+    assert [rows for width, rows in every if width == 16] == [1, 2, 3, 4, 6]
+    assert [rows for width, rows in every if width == 24] == [1, 2, 3, 4]
+    assert [rows for width, rows in every if width == 40] == [1, 2]
+    assert {w for w, _ in every} == {8, 16, 24, 32, 40}
+    assert all(model.runs.count(shape) >= 2 for shape in every)
+    assert found.shapes == len(shapes(40, 96)) + len(every)

@@ -30,6 +30,7 @@ def test_reduce_overhead_answers_as_eager_for_every_row_count(tiny_model_dir: Pa
     compiled = SentimentModel.load(tiny_model_dir, device="cpu", torch_compile="reduce-overhead")
     assert isinstance(compiled.backend, TorchBackend) and compiled.backend.graphs
     assert "torch.compile reduce-overhead" in compiled.backend_reason
+    assert not compiled.records_graphs  # CUDA graphs on a GPU only: no graph warm-up here
     ids = [e.ids for e in eager.encode(SAMPLE_TEXT)]
     for rows in (1, 5, 7, 8):  # 5 and 7 are padded to 6 and 8 rows, then cut back
         want, got = eager.predict(ids[:rows]), compiled.predict(ids[:rows])
@@ -57,6 +58,7 @@ def test_setting_reaches_the_model_in_a_thread_and_in_a_forward_process(
     try:
         assert isinstance(child, ForwardProcess)
         assert "torch.compile default" in child.backend_reason
+        assert child.records_graphs is False
     finally:
         child.close()
     monkeypatch.setenv("SENTIMENT_TORCH_COMPILE", "fast")
