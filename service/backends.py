@@ -77,6 +77,12 @@ class TorchBackend:
         # reduce-overhead records a CUDA graph per input shape and replays it: one launch
         # instead of hundreds from Python (one text 6.3 -> 1.4 ms on an H200, docs/benchmarks.md).
         self.graphs = compile == "reduce-overhead"
+        if self.graphs:
+            from torch._inductor import config as inductor
+
+            # Hundreds of bucketed shapes are recorded on purpose; the warning comes at nine.
+            if hasattr(inductor.triton, "cudagraph_dynamic_shape_warn_limit"):
+                inductor.triton.cudagraph_dynamic_shape_warn_limit = None
 
     @torch.inference_mode()
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
