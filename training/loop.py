@@ -30,6 +30,7 @@ from training.distributed import DistContext as DistContext
 from training.distributed import barrier as barrier
 from training.distributed import setup_distributed as setup_distributed
 from training.distributed import teardown_distributed as teardown_distributed
+from training.optim import freeze, linear_warmup_decay, make_optimizer, resolve_amp
 from training.strategy import make_strategy
 
 
@@ -72,23 +73,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for full precision. `auto` is bf16/fp16 on CUDA, off on CPU."""
-    if amp == "off":
-        return None
-    if amp == "auto":
-        if device.type != "cuda":
-            return None  # CPU autocast is slower than FP32 on most CPUs without AMX
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if amp == "bf16":
-        return torch.bfloat16
-    if amp == "fp16":
-        if device.type != "cuda":
-            raise ValueError("--amp fp16 needs a CUDA GPU; use bf16 or off on the CPU")
-        return torch.float16
-    raise ValueError(f"unknown --amp {amp!r}; use auto, bf16, fp16 or off")
-
-
 def make_loader(
     ds: TokenizedDataset, ctx: DistContext, batch_size: int, seed: int, pad_id: int
 ) -> DataLoader[Any]:
@@ -101,58 +85,6 @@ def make_loader(
     # or a resumed run's dropout masks would drift from the uninterrupted run's.
     gen = torch.Generator().manual_seed(seed)
     return DataLoader(ds, batch_sampler=batches, collate_fn=PadCollator(pad_id), generator=gen)
-
-
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    # No weight decay on biases and LayerNorm weights: decaying them only hurts.
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=cfg.lr)
-
-
-def freeze(model: torch.nn.Module, embeddings: bool, layers: int) -> None:
-    """Stop training the word embeddings and/or the embedding block plus the lowest layers.
-
-    Word embeddings are half of a small BERT: freezing them halves the optimizer's work on the
-    CPU. Freezing the lowest layers also stops the backward pass early. Both cost little
-    accuracy when the data are small.
-    """
-    if embeddings:
-        emb = getattr(model, "get_input_embeddings", lambda: None)()
-        if isinstance(emb, torch.nn.Module):
-            emb.requires_grad_(False)
-    if layers <= 0:
-        return
-    base = getattr(model, "base_model", model)
-    blocks = getattr(getattr(base, "encoder", None), "layer", None)
-    if not isinstance(blocks, torch.nn.ModuleList) or layers > len(blocks):
-        raise ValueError(f"cannot freeze {layers} layers: the encoder has no such layer list")
-    stem = getattr(base, "embeddings", None)
-    if isinstance(stem, torch.nn.Module):
-        stem.requires_grad_(False)
-    for block in blocks[:layers]:
-        block.requires_grad_(False)
-
-
-def linear_warmup_decay(
-    optimizer: torch.optim.Optimizer, warmup: int, total: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """Learning rate rises linearly from 0 over `warmup` steps, then falls linearly to 0."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def train(
@@ -180,7 +112,9 @@ def train(
     micro_per_epoch = len(loader)
     steps_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
     total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    optimizer = _optimizer(model, cfg)  # after wrapping: FSDP replaces the parameters
+    optimizer = make_optimizer(
+        model, cfg.lr, cfg.weight_decay
+    )  # after wrapping: FSDP replaces the parameters
     scheduler = linear_warmup_decay(optimizer, math.ceil(total * cfg.warmup_ratio), total)
     scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
 

@@ -24,7 +24,8 @@ import torch.distributed as dist
 
 from service.peakmem import peak_memory, trim_heap
 from training.distributed import DistContext
-from training.loop import TrainConfig, resolve_amp, train
+from training.loop import TrainConfig, train
+from training.optim import resolve_amp
 from training.throughput import load_model, synthetic_bert, synthetic_rows
 
 

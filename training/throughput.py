@@ -21,12 +21,12 @@ from training.batches import TokenizedDataset
 from training.loop import (
     DistContext,
     TrainConfig,
-    resolve_amp,
     seed_everything,
     setup_distributed,
     teardown_distributed,
     train,
 )
+from training.optim import resolve_amp
 
 
 @dataclass(frozen=True)

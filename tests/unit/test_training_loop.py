@@ -16,7 +16,8 @@ from service.model import SentimentModel
 from tests.tiny_bert import build_tiny_bert
 from training.batches import TokenizedDataset, encode_texts
 from training.data import Example
-from training.loop import TrainConfig, linear_warmup_decay, resolve_amp
+from training.loop import TrainConfig
+from training.optim import linear_warmup_decay, resolve_amp
 from training.pipeline import RunSpec, encode_rows, fine_tune, load_for_training
 
 GOOD = ["great", "excellent", "lovely", "fast", "recommended", "good"]
