@@ -7,7 +7,6 @@ import argparse
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +117,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         else f"{settings.ingress_replicas} ingress replica(s) in front of "
         f"{settings.num_replicas} model replica(s)"
     )
+    stop = lifecycle.StopSignals()  # before the banner tells anyone to press Ctrl-C
     print(
         f"\nSentiment service is up with model {settings.model_path.name!r}:\n"
         f'  classify  POST {base}/v1/classify   body {{"texts": ["..."]}}\n'
@@ -130,9 +130,6 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         "Ctrl-C stops it; requests in flight finish first.",
         flush=True,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print("shutting down: draining requests in flight ...", flush=True)
     _drain_and_stop(settings)

@@ -87,3 +87,28 @@ def stop_listeners(
         time.sleep(0.2)
         if time.monotonic() > deadline - timeout_s / 2:
             sig = signal.SIGKILL  # half the time gone: it ignores TERM while draining
+
+
+class StopSignals:
+    """Catches the stop signals from its creation on; `wait` blocks until one has come.
+
+    The handler only appends to a list. A signal handler runs between two bytecodes of
+    whatever the main thread is doing, which may be the handler itself: with
+    `threading.Event.set` as the handler, a second signal arriving inside the first one's
+    `set` (a wrapper such as `timeout` relaying the same Ctrl-C) waited forever for the lock
+    the first held, and the server never stopped.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)):
+        self.received: list[int] = []
+        for sig in signals:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+
+    def wait(self, poll_s: float = 0.2) -> int:
+        """The first signal that came, once one has."""
+        while not self.received:
+            time.sleep(poll_s)  # a signal cuts it short only by running the handler
+        return self.received[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,3 +63,29 @@ def test_use_haproxy_keeps_values_already_set(monkeypatch: pytest.MonkeyPatch) -
     use_haproxy()
     assert all(os.environ[key] == value for key, value in HAPROXY_ENV.items())
     assert os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "7"
+
+
+WAITER = """
+from service.lifecycle import StopSignals
+stop = StopSignals()
+print("waiting", flush=True)
+print("stopped by", stop.wait(), flush=True)
+"""
+
+
+def test_a_burst_of_stop_signals_stops_the_server_once() -> None:
+    """Ctrl-C twice, or a wrapper relaying the same signal: a handler that took a lock (the
+    server's did) could be entered again inside itself and wait forever for that lock."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "waiting\n"
+        for i in range(2000):  # some land while an earlier handler is running
+            proc.send_signal(signal.SIGINT if i % 2 else signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert proc.stdout.read() in {
+            f"stopped by {int(s)}\n" for s in (signal.SIGINT, signal.SIGTERM)
+        }
+    finally:
+        proc.kill()
