@@ -1,0 +1,31 @@
+"""The GPU bench's bench part: the command it runs, with the flags `--bench-args` adds."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest import bench
+from loadtest.gpubench import _bench_cmd
+from loadtest.gpuparts import Run
+
+
+def test_bench_args_reach_the_bench_command(tmp_path: Path) -> None:
+    extra = shlex.split("--torch-compile reduce-overhead")
+    run = Run(tmp_path, tmp_path, smoke=False, deadline=time.monotonic() + 60, budgets={})
+    run.bench_args = extra
+    cmd = _bench_cmd(run, sys.executable)
+    assert cmd[:3] == [sys.executable, "-m", "loadtest.bench"] and cmd[-2:] == extra
+    assert "--synthetic-bert-base" in cmd and cmd[cmd.index("--dtype") + 1] == "float16"
+
+
+def test_the_bench_refuses_an_unknown_compile_mode_before_measuring(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--torch-compile", "fastest"])
+    assert exit_.value.code == 2 and "--torch-compile" in capsys.readouterr().err
