@@ -274,29 +274,13 @@ class SentimentIngress:
         self.metrics.tokenize.observe(tokenize_s)
 
     async def _publish_metrics(self) -> None:
-        """On the event loop (no lock needed): add up the counts, re-set the gauge (Ray forgets
-        a gauge not set again within two export intervals)."""
-        m = self.metrics
+        """On the event loop (no lock needed): hand the counts over, every refresh (Ray
+        forgets a gauge not set again within two export intervals)."""
         while True:
             await asyncio.sleep(self.settings.metrics_refresh_s)
             counts, self._counts = self._counts, Counter()
             windows, self._windows = self._windows, Counter()
-            for (kind, tag), value in counts.items():
-                if not value:
-                    continue
-                if kind == "status":
-                    m.requests.inc(value, tags={"status": tag})
-                elif kind == "rejected":
-                    m.rejections.inc(value, tags={"reason": tag})
-                elif kind == "resent":
-                    m.resent_calls.inc(value)
-                else:
-                    (m.texts if kind == "texts" else m.truncated).inc(value)
-            # A histogram takes one value a call: one per text, here rather than per request.
-            for count, texts in windows.items():
-                for _ in range(texts):
-                    m.text_windows.observe(count)
-            m.pending_texts.set(self.admission.pending)
+            self.metrics.publish(counts, windows, self.admission.pending)
 
 
 def _expire(future: asyncio.Future[Reply], timeout: float) -> None:

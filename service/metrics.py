@@ -8,6 +8,8 @@ Build them inside a replica: Ray metrics need a connected Ray worker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ray.serve.metrics import Counter, Gauge, Histogram
 
 PREFIX = "sentiment_"
@@ -73,6 +75,29 @@ class IngressMetrics:
             PREFIX + "pending_texts",
             description="Texts an ingress replica admitted and has not answered yet.",
         )
+
+    def publish(
+        self, counts: Mapping[tuple[str, str], int], windows: Mapping[int, int], pending: int
+    ) -> None:
+        """Add up what the ingress counted since the last call (kept in plain counters on the
+        request path, which is cheaper than a Ray metric call per request), and re-set the
+        gauge. `counts` maps (kind, tag) to a count; `windows` maps windows per text to texts."""
+        for (kind, tag), value in counts.items():
+            if not value:
+                continue
+            if kind == "status":
+                self.requests.inc(value, tags={"status": tag})
+            elif kind == "rejected":
+                self.rejections.inc(value, tags={"reason": tag})
+            elif kind == "resent":
+                self.resent_calls.inc(value)
+            else:
+                (self.texts if kind == "texts" else self.truncated).inc(value)
+        # A histogram takes one value a call: one per text, here rather than per request.
+        for count, texts in windows.items():
+            for _ in range(texts):
+                self.text_windows.observe(count)
+        self.pending_texts.set(pending)
 
 
 class ModelMetrics:
