@@ -159,3 +159,12 @@ class ModelMetrics:
             description="Always 1; the tags say which model, dtype, device and backend serve.",
             tag_keys=("model", "dtype", "device", "backend"),  # type: ignore[arg-type]  # stub says 1-tuple
         )
+
+    def publish(self, info: dict[str, str], queued: int, gpu: tuple[int, int, int]) -> None:
+        """Set every gauge again (Ray forgets one not set within two export intervals):
+        the model's tags, the texts waiting, and GPU bytes allocated, reserved and at peak."""
+        self.model_info.set(1, tags=info)
+        self.queued_texts.set(queued)
+        self.gpu_allocated.set(gpu[0])
+        self.gpu_reserved.set(gpu[1])
+        self.gpu_peak.set(gpu[2])

@@ -285,18 +285,14 @@ class ModelCore:
         return found
 
     def _publish_gauges(self) -> None:
-        m, model = self.metrics, self.model
+        model = self.model
         info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
         info["backend"] = model.backend_name
         memory = (0, 0, 0)
         while not self._stop.wait(self.settings.metrics_refresh_s):
-            m.model_info.set(1, tags=info)
-            m.queued_texts.set(self.batcher.queued)
             with contextlib.suppress(ForwardProcessError):  # gone: the health check says so
                 memory = model.gpu_memory()
-            m.gpu_allocated.set(memory[0])
-            m.gpu_reserved.set(memory[1])
-            m.gpu_peak.set(memory[2])
+            self.metrics.publish(info, self.batcher.queued, memory)
 
     def __del__(self) -> None:
         if hasattr(self, "_stop"):
