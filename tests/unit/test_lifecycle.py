@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -66,10 +67,12 @@ def test_use_haproxy_keeps_values_already_set(monkeypatch: pytest.MonkeyPatch) -
 
 
 WAITER = """
+import sys
 from service.lifecycle import StopSignals
 stop = StopSignals()
 print("waiting", flush=True)
 print("stopped by", stop.wait(), flush=True)
+sys.stdin.read()  # up, as a draining server is, until every signal has been sent
 """
 
 
@@ -77,15 +80,22 @@ def test_a_burst_of_stop_signals_stops_the_server_once() -> None:
     """Ctrl-C twice, or a wrapper relaying the same signal: a handler that took a lock (the
     server's did) could be entered again inside itself and wait forever for that lock."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+        [sys.executable, "-c", WAITER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path.cwd(),
     )
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == "waiting\n"
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "waiting\n"
         for i in range(2000):  # some land while an earlier handler is running
             proc.send_signal(signal.SIGINT if i % 2 else signal.SIGTERM)
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no signal of the burst ended the wait"
+        stopped = {f"stopped by {int(s)}\n" for s in (signal.SIGINT, signal.SIGTERM)}
+        assert proc.stdout.readline() in stopped
+        proc.stdin.close()
         assert proc.wait(timeout=20) == 0
-        assert proc.stdout.read() in {
-            f"stopped by {int(s)}\n" for s in (signal.SIGINT, signal.SIGTERM)
-        }
     finally:
         proc.kill()
