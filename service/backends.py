@@ -70,7 +70,6 @@ class TorchBackend:
             )
         self.module = module
         self.device = device
-        self.compile = compile
         self.forward: Any = module
         if compile != "off":
             self.forward = torch.compile(module, dynamic=True, mode=compile)

@@ -103,7 +103,7 @@ def calibrate(
     plan = shapes(model.max_length, micro_batch_tokens)
     samples = []
     for width, rows in plan:
-        batch = [(seed * (width // len(seed) + 1))[:width]] * rows
+        batch = _batch(seed, width, rows)
         first = _timed(model.predict, batch)
         if (width < fit_width and rows == 1) or width == min(fit_width, model.max_length):
             best = min([first, *(_timed(model.predict, batch) for _ in range(repeats))])
@@ -117,11 +117,16 @@ def calibrate(
         # shape now, so no request pays for them (hundreds of shapes, seconds on a GPU).
         rest = graph_shapes(model.max_length, micro_batch_tokens)
         for width, rows in rest:
-            batch = [(seed * (width // len(seed) + 1))[:width]] * rows
+            batch = _batch(seed, width, rows)
             model.predict(batch)
             model.predict(batch)
         return Calibration(fixed, per_token, len(plan) + len(rest))
     return Calibration(fixed, per_token, len(plan))
+
+
+def _batch(seed: list[int], width: int, rows: int) -> list[list[int]]:
+    """`rows` copies of one row of exactly `width` ids, `seed` repeated."""
+    return [(seed * (width // len(seed) + 1))[:width]] * rows
 
 
 def _timed(forward: Forward, batch: list[list[int]]) -> float:
