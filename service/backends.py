@@ -15,6 +15,7 @@ so every backend answers the replica, the probe and the bench the same way.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -136,6 +137,7 @@ class OrtBackend:
         self.run_tokens = run_tokens
         self.recheck = recheck
         self.rechecked = 0
+        self._count = threading.Lock()  # parallel forwards share the backend
 
     def logits(self, input_ids: Ids, mask: Ids) -> torch.Tensor:
         """Run the session; the graph's `logits` output as a float32 tensor."""
@@ -177,7 +179,8 @@ class OrtBackend:
         width = int(mask[close].sum(1).max())  # rows are right-padded: cut the common padding
         feed = {"input_ids": input_ids[close, :width], "attention_mask": mask[close, :width]}
         logits[close] = exact.run(["logits"], feed)[0]
-        self.rechecked += len(close)
+        with self._count:
+            self.rechecked += len(close)
 
 
 def resolve_backend(name: str, model_dir: Path, device: torch.device) -> tuple[str, str]:

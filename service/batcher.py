@@ -1,4 +1,4 @@
-"""Dynamic batching on the replica's event loop: a batch is formed when the model is free.
+"""Dynamic batching on the replica's event loop: a batch is formed when a forward slot is free.
 
 Ray's `@serve.batch` cuts its queue into batches on a timer, even while the previous batch is
 still computing, so under load those batches wait for their turn half-empty (measured here:
@@ -9,6 +9,9 @@ the model is free. Only an idle model waits, briefly, for company.
 A batch's results are delivered part by part, as `run` yields them (one part per forward), so
 the clients of the first forwards are answered, and can send their next request, while the
 rest of the batch computes; that request then joins the very next batch.
+
+With `concurrency` above one (forwards on several CPU threads at once), a batch is taken as
+soon as any slot is free, so a second forward thread never waits for the first one's batch.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ R = TypeVar("R")
 
 
 class Batcher(Generic[T, R]):
-    """Coalesces submitted items into batches for one `run` at a time, first come first served.
+    """Coalesces submitted items into batches for up to `concurrency` `run`s at a time, first
+    come first served.
 
     A batch holds at most `max_items` of `count(item)` (1 per item unless given: an item may
     carry many texts) and `max_size` of `size(item)` in total; an item over either limit on its
@@ -47,8 +51,12 @@ class Batcher(Generic[T, R]):
         count: Callable[[T], int] = lambda _: 1,
         deadline: Callable[[T], float] | None = None,
         expired: Callable[[T], R] | None = None,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.run = run
+        self.concurrency = concurrency
         self.size = size
         self.count = count
         self.deadline = deadline
@@ -60,6 +68,9 @@ class Batcher(Generic[T, R]):
         self._queued_size = 0
         self._queued_count = 0
         self._arrived = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()  # batches computing
+        self._idle = True  # nothing computing, and the queue ran empty since the last batch
         self._task: asyncio.Task[None] | None = None
 
     def configure(self, max_items: int, max_size: int, wait_s: float) -> None:
@@ -109,17 +120,28 @@ class Batcher(Generic[T, R]):
             future.set_result(self.expired(item))
 
     async def _loop(self) -> None:
-        idle = True  # nothing computed since the queue last ran empty
         while True:
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
-            if idle:
+            if self._idle:
                 await self._wait_for_company()
+            while len(self._running) >= self.concurrency:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
             batch = self._take()
             if batch:
-                await self._run(batch)
-            idle = not self._queue
+                task = asyncio.get_running_loop().create_task(self._run(batch))
+                self._running.add(task)
+                task.add_done_callback(self._finished)
+                self._idle = False
+            else:  # every item queued had left
+                self._idle = not self._running
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._idle = not self._running and not self._queue
+        self._slot_freed.set()
 
     async def _wait_for_company(self) -> None:
         """The model was idle: let the first arrival wait up to `wait_s` for a fuller batch."""

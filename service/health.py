@@ -1,7 +1,8 @@
 """The model replica's health, as Ray's `check_health` sees it.
 
-Ray replaces a replica whose `check_health` raises. It raises when no forward has started or
-ended for `stall_s` while work waits or runs (a hung kernel, a stuck forward thread), or, when
+Ray replaces a replica whose `check_health` raises. It raises when a forward has run for longer
+than `stall_s` (a hung kernel, a stuck forward thread: with parallel forwards, the others may
+still be finishing), when no forward has started or ended for `stall_s` while work waits, or, when
 the replica is idle, when a tiny probe forward fails or does not finish within `stall_s` (a
 broken CUDA context fails every forward but no request may be there to notice).
 """
@@ -9,6 +10,8 @@ broken CUDA context fails every forward but no request may be there to notice).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -25,32 +28,50 @@ class Watchdog:
     def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_s = stall_s
         self.clock = clock
-        self.running = 0  # forwards in progress (written by the forward thread only)
         self.last = clock()  # the last sign of progress: a forward started or ended, or idle
+        self._started: dict[int, float] = {}  # start time of each forward in progress
+        self._tickets = itertools.count()
+        self._lock = threading.Lock()  # forwards may run on several threads at once
+
+    @property
+    def running(self) -> int:
+        """Forwards in progress."""
+        return len(self._started)
 
     def watch(self, forward: Forward) -> Forward:
         """`forward`, noting its start and end."""
 
         def watched(rows: Rows) -> tuple[Probs, float]:
-            self.running += 1
-            self.last = self.clock()
+            with self._lock:
+                ticket = next(self._tickets)
+                self._started[ticket] = self.last = self.clock()
             try:
                 return forward(rows)
             finally:
-                self.running -= 1
-                self.last = self.clock()
+                with self._lock:
+                    del self._started[ticket]
+                    self.last = self.clock()
 
         return watched
 
     async def check(self, waiting: int, probe: Callable[[], Awaitable[object]]) -> None:
-        """Raise Unhealthy when stalled with work, or when idle and the probe fails."""
+        """Raise Unhealthy when a forward is stuck, when stalled with work, or when idle and
+        the probe fails."""
         now = self.clock()
-        if waiting or self.running:
+        with self._lock:
+            oldest = min(self._started.values(), default=now)
+            running = len(self._started)
+        if now - oldest > self.stall_s:
+            raise Unhealthy(
+                f"a forward has run for {now - oldest:.1f}s while {waiting} texts wait "
+                f"and {running} forward runs"
+            )
+        if waiting or running:
             quiet = now - self.last
             if quiet > self.stall_s:
                 raise Unhealthy(
                     f"no forward started or ended for {quiet:.1f}s while {waiting} texts wait "
-                    f"and {self.running} forward runs"
+                    f"and {running} forward runs"
                 )
             return
         self.last = now  # idle is not a stall: the clock starts when work arrives

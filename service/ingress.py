@@ -106,7 +106,7 @@ class SentimentIngress:
         self.coalescer = Coalescer(
             call,
             max_texts=s.batch.max_batch_texts,
-            in_flight=s.ingress_calls_in_flight,
+            in_flight=s.ingress_calls_in_flight or (self.local.core.parallel if self.local else 1),
             observe=self._observe_call,
         )
         self.admission = Admission(s.batch.max_pending_texts, s.retry_after_s)

@@ -128,11 +128,13 @@ class SentimentModel:
         backend: str = "torch",
         max_rows: int = 512,
         torch_compile: str = "off",
+        threads: int | None = None,
     ) -> SentimentModel:
         """Load the tokenizer and the backend from a local directory; never touches a model
         hub. ONNX backends load the verified export instead of the PyTorch weights
-        (`max_rows` sizes TensorRT's shape profile); `torch_compile` compiles the torch
-        backend's module (settings.COMPILE_MODES)."""
+        (`max_rows` sizes TensorRT's shape profile; `threads`: their sessions' intra-op threads,
+        default torch's count); `torch_compile` compiles the torch backend's module
+        (settings.COMPILE_MODES)."""
         path = Path(path)
         check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
@@ -148,7 +150,8 @@ class SentimentModel:
         encoder = TextEncoder.load(path, max_length)
         limit = sequence_limit(path, max_length)
         if chosen != "torch":
-            return cls._load_exported(path, chosen, why, dev, dtype, encoder, limit, name, max_rows)
+            exported = (path, chosen, why, dev, dtype, encoder, limit, name, max_rows, threads)
+            return cls._load_exported(*exported)
         torch_dtype = resolve_dtype(dtype, dev)
         model = AutoModelForSequenceClassification.from_pretrained(
             path,
@@ -193,6 +196,7 @@ class SentimentModel:
         limit: int,
         name: str | None,
         max_rows: int,
+        threads: int | None,
     ) -> SentimentModel:
         # TensorRT builds FP16 engines; ONNX Runtime's CPU and CUDA providers run the FP32 graph.
         runs = torch.float16 if backend == "tensorrt" else torch.float32
@@ -202,7 +206,7 @@ class SentimentModel:
                 f"{dtype_name(runs)}, or SENTIMENT_BACKEND=torch for {dtype}"
             )
         try:
-            runner = load_ort(backend, path, dev, trt_shapes=(max_rows, limit))
+            runner = load_ort(backend, path, dev, threads, trt_shapes=(max_rows, limit))
         except BackendError as exc:
             raise ModelLoadError(str(exc)) from None
         config = AutoConfig.from_pretrained(path, local_files_only=True)

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,19 +28,18 @@ from service.batcher import Batcher
 from service.batching import PAD_MULTIPLE, padded_cost, padding_ratio, plan_micro_batches
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
-from service.faults import with_faults
 from service.forwardproc import ForwardProcess, ForwardProcessError
+from service.forwards import forward_threads, splitting, watched
 from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
-from service.placement import inline_limit_s, load_model
-from service.retry import SplittingForward, expired_scores
+from service.placement import inline_limit_s, load_model, parallel_forwards
+from service.retry import expired_scores
 from service.settings import BatchConfig, Settings
 
 logger = logging.getLogger("ray.serve")
 
 Probs = npt.NDArray[np.float32]
-FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
 
 
 @dataclass
@@ -74,26 +71,28 @@ class Tally:
     loop_forward_cpu_s: float = 0.0
 
 
-def _name_thread() -> None:
-    """Give the forward thread an OS-visible name (Linux prctl PR_SET_NAME)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: only a convenience
-        ctypes.CDLL(None).prctl(15, FORWARD_THREAD, 0, 0, 0)
-
-
 class ModelCore:
     """Owns the model (and the GPU); batches across all ingress replicas."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = s = Settings.model_validate(settings)
-        if s.torch_threads:
-            torch.set_num_threads(s.torch_threads)
         self.metrics = ModelMetrics()
-        self.model = load_model(s)
+        threads = s.torch_threads or torch.get_num_threads()
+        self.parallel = parallel_forwards(s, threads)
+        narrow = max(1, threads // self.parallel)  # each of parallel forwards' threads
+        torch.set_num_threads(narrow)  # torch's pool is per process: parallel forwards share it
+        # A forward that computes alone gets every thread (a lone request's latency); one
+        # beside another gets its share, on a second copy of the sessions (ONNX Runtime fixes
+        # a session's threads when it loads it).
+        self.model = load_model(s, threads)
+        self.narrow = load_model(s, narrow) if self.parallel > 1 else self.model
         logger.info(
             "backend %s (%s), forwards in %s",
             self.model.backend_name,
             self.model.backend_reason,
-            "a forward process" if isinstance(self.model, ForwardProcess) else "a thread",
+            "a forward process"
+            if isinstance(self.model, ForwardProcess)
+            else f"{self.parallel} thread(s), {narrow} intra-op thread(s) each when busy",
         )
         self.batch = s.batch
         self.batcher: Batcher[Job, Scored] = Batcher(
@@ -105,25 +104,18 @@ class ModelCore:
             wait_s=s.batch.batch_wait_timeout_s,
             deadline=lambda job: float(job.deadlines.max()),
             expired=lambda job: expired_scores(job.texts, len(self.model.labels)),
+            concurrency=self.parallel,
         )
-        # One thread: forwards run off the event loop so calls keep arriving (and batches keep
-        # filling) while the model computes, but never two forwards at once.
-        self.executor = ThreadPoolExecutor(1, "forward", initializer=_name_thread)
-        # Faults (tests only) inside the watchdog inside the split-and-retry (service.retry).
+        # Forwards run off the event loop so calls keep arriving (and batches keep filling)
+        # while the model computes; one thread per forward computed at once.
+        self.executor = forward_threads(self.parallel)
+        self.computing = 0  # forwards handed to the executor and not yet back
         self.watchdog = Watchdog(s.health_stall_s)
-        forward = self.watchdog.watch(
-            with_faults(
-                self._forward,
-                s.fault_forward_min_texts,
-                s.fault_hang_min_tokens,
-                s.fault_slow_forward_s,
-            )
-        )
-        self.forward = SplittingForward(
-            forward,
-            len(self.model.labels),
-            lambda reason: self.metrics.forward_failures.inc(tags={"reason": reason}),
-        )
+        forward = watched(self.model, self.watchdog, s)
+        labels, failures = len(self.model.labels), self.metrics.forward_failures
+        self.forward = splitting(forward, labels, failures)
+        beside = watched(self.narrow, self.watchdog, s)
+        self.forward_beside = splitting(beside, labels, failures)
         probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
         self.probe = lambda: asyncio.get_running_loop().run_in_executor(
             self.executor, forward, probe
@@ -132,7 +124,8 @@ class ModelCore:
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
         self.tally = Tally()
-        self._rechecked = getattr(self.model, "rechecked_texts", 0)  # the warm-up's: not counted
+        self._rechecked = 0
+        self._count_rechecks()  # the warm-up's: not counted
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
@@ -170,6 +163,7 @@ class ModelCore:
             "backend": self.model.backend_name,
             "backend_reason": self.model.backend_reason,
             "forward_in": "process" if isinstance(self.model, ForwardProcess) else "thread",
+            "parallel_forwards": self.parallel,
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
@@ -223,7 +217,13 @@ class ModelCore:
                 out, ok, seconds = self.forward(rows)
                 self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
             else:
-                out, ok, seconds = await loop.run_in_executor(self.executor, self.forward, rows)
+                # Alone, a forward gets every thread; beside another, its share.
+                chain = self.forward_beside if self.computing else self.forward
+                self.computing += 1
+                try:
+                    out, ok, seconds = await loop.run_in_executor(self.executor, chain, rows)
+                finally:
+                    self.computing -= 1
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, calls, 1)
@@ -240,16 +240,10 @@ class ModelCore:
                 await asyncio.sleep(0)
 
     def _count_rechecks(self) -> None:
-        total = getattr(self.model, "rechecked_texts", 0)  # a forward process has none
+        total = sum(getattr(m, "rechecked_texts", 0) for m in {self.model, self.narrow})
         if total > self._rechecked:
             self.metrics.int8_rechecked.inc(total - self._rechecked)
             self._rechecked = total
-
-    def _forward(self, rows: list[npt.NDArray[np.int32]]) -> tuple[Probs, float]:
-        """One forward pass on the forward thread; returns probabilities and its duration."""
-        t0 = time.perf_counter()
-        out: Probs = self.model.predict(rows).numpy()
-        return out, time.perf_counter() - t0
 
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether the calibrated cost of a forward of `padded_tokens` is within the inline
@@ -273,6 +267,8 @@ class ModelCore:
         """Run each padded length bucket at one row and at a full micro-batch; fit the cost."""
         t0 = time.perf_counter()
         found = calibrate(self.model, self.batch.micro_batch_tokens)
+        if self.narrow is not self.model:  # its sessions meet every shape before a request does
+            calibrate(self.narrow, self.batch.micro_batch_tokens)
         logger.info(
             "warm-up: %d shapes in %.1fs; a forward costs %.2f ms + %.2f us per padded token "
             "(overhead %s tokens)",

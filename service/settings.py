@@ -123,6 +123,14 @@ class Settings(BaseSettings):
         "with a GIL of its own (auto: the process on a GPU, where a forward is launch-bound "
         "Python that a busy event loop slows down).",
     )
+    parallel_forwards: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="Forwards computed at once on the CPU, each on torch_threads / N intra-op "
+        "threads, so the cores never wait for the next batch (None: 2 on a CPU replica with at "
+        "least 2 threads and forwards in a thread, else 1; a GPU and a forward process take 1).",
+    )
     inline_forward_ms: float = Field(
         3.0,
         ge=0.0,
@@ -159,8 +167,12 @@ class Settings(BaseSettings):
     num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per model replica.")
     ingress_replicas: int = Field(1, ge=1, description="HTTP ingress replicas (scale with cores).")
     ingress_num_cpus: float = Field(0.5, ge=0.0, description="CPUs reserved per ingress replica.")
-    ingress_calls_in_flight: int = Field(
-        1, ge=1, le=64, description="Model calls one ingress replica keeps in flight."
+    ingress_calls_in_flight: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Model calls one ingress replica keeps in flight (None: co-located, one per "
+        "parallel forward; two tiers, 1, as the model replica takes calls from every ingress).",
     )
     tokenizer_parallel: bool = Field(
         False,

@@ -214,3 +214,37 @@ async def test_an_expired_item_leaves_with_its_answer_while_the_model_is_busy() 
     assert await later == "LATER"
     await blocker
     assert all("soon" not in batch for batch in model.batches)
+
+
+@on_loop
+async def test_with_two_slots_a_second_batch_computes_beside_the_first() -> None:
+    model = Model()
+    b = Batcher(model.run, len, 100, 1000, 0.0, concurrency=2)
+    first = await occupy(model, b)  # "z" computes until the gate opens
+    second = asyncio.create_task(b.submit("a"))
+    await asyncio.sleep(0.01)
+    assert model.batches == [["z"], ["a"]] and b.queued == 0  # both slots busy
+    third = asyncio.create_task(b.submit("b"))
+    fourth = asyncio.create_task(b.submit("c"))
+    await asyncio.sleep(0.01)
+    assert b.queued == 2  # no third slot: they wait, together
+    model.gate.set()
+    assert await asyncio.gather(first, second, third, fourth) == ["Z", "A", "B", "C"]
+    assert model.batches[2:] == [["b", "c"]]
+
+
+@on_loop
+async def test_with_one_slot_the_next_batch_waits_for_the_model() -> None:
+    model = Model()
+    b = batcher(model)
+    first = await occupy(model, b)
+    second = asyncio.create_task(b.submit("a"))
+    await asyncio.sleep(0.01)
+    assert model.batches == [["z"]] and b.queued == 1
+    model.gate.set()
+    assert await asyncio.gather(first, second) == ["Z", "A"]
+
+
+def test_a_batcher_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        Batcher(Model().run, len, 100, 1000, 0.0, concurrency=0)

@@ -83,3 +83,34 @@ def test_a_forward_that_never_ends_is_unhealthy() -> None:
         thread.join(10)
     assert dog.running == 0
     asyncio.run(dog.check(0, fine))
+
+
+def test_a_stuck_forward_beside_others_that_finish_is_unhealthy() -> None:
+    # With parallel forwards, the other thread's forwards keep starting and ending: progress,
+    # but the stuck one's texts never come back.
+    clock = Clock()
+    dog = Watchdog(30.0, clock)
+    release = threading.Event()
+
+    def forward(rows: Rows) -> tuple[np.ndarray, float]:
+        if len(rows) > 1:
+            release.wait(10)
+        return np.zeros((len(rows), 2), np.float32), 0.0
+
+    watched = dog.watch(forward)
+    stuck = threading.Thread(target=watched, args=([np.zeros(1, np.int32)] * 2,))
+    stuck.start()
+    try:
+        for _ in range(1000):
+            if dog.running:
+                break
+            threading.Event().wait(0.001)
+        for _ in range(4):  # 40 s of quick forwards beside it
+            clock.now += 10
+            watched([np.zeros(1, np.int32)])
+        with pytest.raises(Unhealthy, match="a forward has run for 40"):
+            asyncio.run(dog.check(0, fine))
+    finally:
+        release.set()
+        stuck.join(10)
+    asyncio.run(dog.check(0, fine))

@@ -1,0 +1,58 @@
+"""A model replica's forward threads, and the chain each forward runs through: injected faults
+(tests only) inside the watchdog inside the split-and-retry (service.retry)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from service.faults import with_faults
+from service.forwardproc import ForwardProcess
+from service.health import Watchdog
+from service.model import SentimentModel
+from service.retry import Forward, Probs, SplittingForward
+from service.settings import Settings
+
+FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
+
+
+def _name_thread() -> None:
+    """Give a forward thread an OS-visible name (Linux prctl PR_SET_NAME)."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: only a convenience
+        ctypes.CDLL(None).prctl(15, FORWARD_THREAD, 0, 0, 0)
+
+
+def forward_threads(count: int) -> ThreadPoolExecutor:
+    """One named thread per forward computed at once."""
+    return ThreadPoolExecutor(count, "forward", initializer=_name_thread)
+
+
+def _forward(
+    model: SentimentModel | ForwardProcess, rows: list[npt.NDArray[np.int32]]
+) -> tuple[Probs, float]:
+    """One forward pass; returns probabilities and its duration."""
+    t0 = time.perf_counter()
+    out: Probs = model.predict(rows).numpy()
+    return out, time.perf_counter() - t0
+
+
+def watched(
+    model: SentimentModel | ForwardProcess, watchdog: Watchdog, settings: Settings
+) -> Forward:
+    """`model`'s forward with the settings' injected faults, watched by `watchdog`."""
+    s = settings
+    faults = (s.fault_forward_min_texts, s.fault_hang_min_tokens, s.fault_slow_forward_s)
+    return watchdog.watch(with_faults(partial(_forward, model), *faults))
+
+
+def splitting(forward: Forward, labels: int, failures: Any) -> SplittingForward:
+    """`forward`, split and retried on failure, each failure counted on `failures` (a Ray
+    counter tagged by reason)."""
+    return SplittingForward(forward, labels, lambda why: failures.inc(tags={"reason": why}))
