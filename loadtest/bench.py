@@ -69,25 +69,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # far bigger forwards than a CPU's: the H200 run's limit rose 3.6x from 4096 to 65536.
     budgets = GPU_BUDGETS if gpus and not args.quick else plan.budgets
     print(f"limit: in-process, {len(texts)} texts, budgets {budgets} ...", flush=True)
-    from loadtest.limit import at_a_time, measure, single_text_ms
+    from loadtest.limit import at_a_time, measure_layouts, single_text_ms
+    from service.placement import parallel_forwards
 
     # The limit and the service run the same backend: the service's Settings read it here.
     os.environ["SENTIMENT_BACKEND"] = args.backend
     os.environ["SENTIMENT_TORCH_COMPILE"] = args.torch_compile
-    model = SentimentModel.load(
-        model_path,
-        device=args.device,
-        dtype=args.dtype,
-        backend=args.backend,
-        torch_compile=args.torch_compile,
-    )
-    limit = measure(model, texts, budgets)
+    settings = Settings(model_path=model_path, device=args.device, torch_threads=threads)
+    parallel = parallel_forwards(settings, threads)
+
+    def load(session_threads: int) -> SentimentModel:
+        return SentimentModel.load(
+            model_path,
+            device=args.device,
+            dtype=args.dtype,
+            backend=args.backend,
+            torch_compile=args.torch_compile,
+            threads=session_threads,
+        )
+
+    limit, models, by_layout = measure_layouts(load, texts, budgets, threads, parallel)
+    model, served = models[1], models[parallel]  # a lone forward gets every thread
     budget = args.micro_batch_tokens or limit.micro_batch_tokens
     in_flight = max(plan.singles)
     # Also half of it: with one call in flight per ingress, the clients take turns in halves,
-    # so that is about what the batcher holds (docs/benchmarks.md).
+    # so that is about what the batcher holds (docs/benchmarks.md). Measured as the service
+    # computes: `parallel` forwards at once when it does.
     grouped, halved = at_a_time(
-        model, texts, [in_flight, max(1, in_flight // 2)], budget, limit.overhead_tokens
+        served,
+        texts,
+        [in_flight, max(1, in_flight // 2)],
+        budget,
+        limit.overhead_tokens,
+        workers=parallel,
     )
     single_ms = single_text_ms(model, texts)
     on_gpu = model.device.type == "cuda"
@@ -100,14 +114,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": dtype_name(model.dtype),
         "mean_tokens": round(sum(len(e.ids) for e in model.encode(texts)) / len(texts), 1),
     }
-    del model
+    del model, served, models
     if on_gpu:
         torch.cuda.empty_cache()
     print(
         f"limit: {limit.texts_per_s:.1f} texts/s (micro-batch {limit.micro_batch_tokens}); "
         f"with {in_flight} texts known at a time {grouped.ratio:.2f} of all sorted, with "
         f"{halved.texts} {halved.ratio:.2f} ({grouped.texts_per_s:.1f} and "
-        f"{halved.texts_per_s:.1f} against {grouped.all_sorted_texts_per_s:.1f})"
+        f"{halved.texts_per_s:.1f} against {grouped.all_sorted_texts_per_s:.1f}); "
+        f"by forwards at once {by_layout}"
     )
 
     service_runs, naive_runs, half = asyncio.run(
@@ -122,6 +137,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "limit": {
             **asdict(limit),
             "gpu_peak_bytes": limit_peak,
+            "parallel_forwards": parallel,
+            "by_forwards_at_once": {str(n): round(rate, 1) for n, rate in by_layout.items()},
             "single_text_p50_ms": round(single_ms, 2),
             "at_a_time": {
                 "texts": grouped.texts,

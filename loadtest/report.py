@@ -160,6 +160,18 @@ def _limit_cpu_lines(limit: dict[str, Any]) -> list[str]:
     ]
 
 
+def _layout_lines(limit: dict[str, Any]) -> list[str]:
+    """The limit's texts/s with one forward at a time and with the service's parallel ones."""
+    rates = limit.get("by_forwards_at_once")
+    if not rates or len(rates) < 2:  # one layout (a GPU, torch), or runs saved before it
+        return []
+    parts = ", ".join(f"{n} at once {rate:.1f}" for n, rate in sorted(rates.items()))
+    return [
+        f"The service computes {limit['parallel_forwards']} forwards at once (each on its share "
+        f"of the threads); the limit is the better of both ways in-process: {parts} texts/s."
+    ]
+
+
 def _model_lines(results: dict[str, Any]) -> list[str]:
     model, limit = results["model"], results["limit"]
     lines = [
@@ -169,6 +181,7 @@ def _model_lines(results: dict[str, Any]) -> list[str]:
         f"Limit (in-process, all texts sorted): **{limit['texts_per_s']:.1f} texts/s** at "
         f"micro-batch budget {limit['micro_batch_tokens']} tokens; the service ran with "
         f"budget {results['service_micro_batch_tokens']}.",
+        *_layout_lines(limit),
         *_at_a_time_lines(results),
         *_limit_cpu_lines(limit),
         "",
