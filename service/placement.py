@@ -38,8 +38,8 @@ def parallel_forwards(settings: Settings, threads: int) -> int:
     On a CPU, one forward at a time on every core leaves the cores idle while the next batch
     forms, and costs more CPU per text than one-thread forwards do. Two forwards at once, each
     on half the threads, kept them busy: in-process, on 2 cores with the default model through
-    onnx-int8, 32 texts known at a time went from 0.79-0.82 of the all-sorted limit to
-    0.87-0.95 (docs/benchmarks.md). Auto uses it for ONNX Runtime backends on a CPU; torch
+    onnx-int8, 32 texts known at a time went from 0.73-0.79 of the best all-sorted figure to
+    0.85-0.94 (docs/benchmarks.md). Auto uses it for ONNX Runtime backends on a CPU; torch
     (one intra-op pool per process) is unmeasured. A GPU computes one forward at a time anyway,
     and a forward process serves one call at a time.
     """

@@ -233,18 +233,6 @@ async def test_with_two_slots_a_second_batch_computes_beside_the_first() -> None
     assert model.batches[2:] == [["b", "c"]]
 
 
-@on_loop
-async def test_with_one_slot_the_next_batch_waits_for_the_model() -> None:
-    model = Model()
-    b = batcher(model)
-    first = await occupy(model, b)
-    second = asyncio.create_task(b.submit("a"))
-    await asyncio.sleep(0.01)
-    assert model.batches == [["z"]] and b.queued == 1
-    model.gate.set()
-    assert await asyncio.gather(first, second) == ["Z", "A"]
-
-
 def test_a_batcher_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Batcher(Model().run, len, 100, 1000, 0.0, concurrency=0)
