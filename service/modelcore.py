@@ -114,8 +114,10 @@ class ModelCore:
         forward = watched(self.model, self.watchdog, s)
         labels, failures = len(self.model.labels), self.metrics.forward_failures
         self.forward = splitting(forward, labels, failures)
-        beside = watched(self.narrow, self.watchdog, s)
-        self.forward_beside = splitting(beside, labels, failures)
+        self.forward_beside = self.forward  # one forward at a time: never beside another
+        if self.narrow is not self.model:
+            beside = watched(self.narrow, self.watchdog, s)
+            self.forward_beside = splitting(beside, labels, failures)
         probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
         self.probe = lambda: asyncio.get_running_loop().run_in_executor(
             self.executor, forward, probe
