@@ -1,11 +1,18 @@
 """A model replica's forward threads, and the chain each forward runs through: injected faults
-(tests only) inside the watchdog inside the split-and-retry (service.retry)."""
+(tests only) inside the watchdog inside the split-and-retry (service.retry).
+
+With parallel forwards (service.placement) the replica holds the model twice: a forward that
+starts while no other computes runs on the copy with every thread (a lone request's latency),
+one that starts beside another on the copy with its share of them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -17,8 +24,10 @@ from service.faults import with_faults
 from service.forwardproc import ForwardProcess
 from service.health import Watchdog
 from service.model import SentimentModel
-from service.retry import Forward, Probs, SplittingForward
+from service.retry import Forward, Probs, Rows, SplittingForward
 from service.settings import Settings
+
+Chain = Callable[[Rows], tuple[Probs, npt.NDArray[np.uint8], float]]  # probs, status, seconds
 
 FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
 
@@ -56,3 +65,38 @@ def splitting(forward: Forward, labels: int, failures: Any) -> SplittingForward:
     """`forward`, split and retried on failure, each failure counted on `failures` (a Ray
     counter tagged by reason)."""
     return SplittingForward(forward, labels, lambda why: failures.inc(tags={"reason": why}))
+
+
+class Forwards:
+    """Runs forwards on `parallel` forward threads, choosing the chain by what else computes."""
+
+    def __init__(
+        self,
+        model: SentimentModel | ForwardProcess,
+        narrow: SentimentModel | ForwardProcess,
+        parallel: int,
+        watchdog: Watchdog,
+        settings: Settings,
+        failures: Any,
+    ) -> None:
+        self.executor = forward_threads(parallel)
+        labels = len(model.labels)
+        self.watched = watched(model, watchdog, settings)  # the health probe's: no retries
+        self.alone: Chain = splitting(self.watched, labels, failures)
+        self.beside: Chain = self.alone  # one forward at a time: never beside another
+        if narrow is not model:
+            self.beside = splitting(watched(narrow, watchdog, settings), labels, failures)
+        self.computing = 0  # forwards handed to the threads and not yet back
+
+    async def run(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
+        """One forward on a forward thread: on every thread alone, on its share beside another."""
+        chain = self.beside if self.computing else self.alone
+        self.computing += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, chain, rows)
+        finally:
+            self.computing -= 1
+
+    async def probe(self, rows: Rows) -> tuple[Probs, float]:
+        """One forward as the health check runs it: on a forward thread, watched, not retried."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.watched, rows)

@@ -29,7 +29,7 @@ from service.batching import PAD_MULTIPLE, padded_cost, padding_ratio, plan_micr
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
-from service.forwards import forward_threads, splitting, watched
+from service.forwards import Forwards
 from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
@@ -108,20 +108,11 @@ class ModelCore:
         )
         # Forwards run off the event loop so calls keep arriving (and batches keep filling)
         # while the model computes; one thread per forward computed at once.
-        self.executor = forward_threads(self.parallel)
-        self.computing = 0  # forwards handed to the executor and not yet back
         self.watchdog = Watchdog(s.health_stall_s)
-        forward = watched(self.model, self.watchdog, s)
-        labels, failures = len(self.model.labels), self.metrics.forward_failures
-        self.forward = splitting(forward, labels, failures)
-        self.forward_beside = self.forward  # one forward at a time: never beside another
-        if self.narrow is not self.model:
-            beside = watched(self.narrow, self.watchdog, s)
-            self.forward_beside = splitting(beside, labels, failures)
+        failures = self.metrics.forward_failures
+        self.forwards = Forwards(self.model, self.narrow, self.parallel, self.watchdog, s, failures)
         probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
-        self.probe = lambda: asyncio.get_running_loop().run_in_executor(
-            self.executor, forward, probe
-        )
+        self.probe = lambda: self.forwards.probe(probe)
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
@@ -204,7 +195,6 @@ class ModelCore:
         self.metrics.batch_texts.observe(len(live))
         self.tally.batches += 1
         self.tally.batched_texts += len(live)
-        loop = asyncio.get_running_loop()
         overhead = self._overhead()
         budget = self.batch.micro_batch_tokens
         for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
@@ -216,16 +206,10 @@ class ModelCore:
             inline = self._runs_inline(padded)
             if inline:
                 cpu0 = time.thread_time()
-                out, ok, seconds = self.forward(rows)
+                out, ok, seconds = self.forwards.alone(rows)
                 self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
             else:
-                # Alone, a forward gets every thread; beside another, its share.
-                chain = self.forward_beside if self.computing else self.forward
-                self.computing += 1
-                try:
-                    out, ok, seconds = await loop.run_in_executor(self.executor, chain, rows)
-                finally:
-                    self.computing -= 1
+                out, ok, seconds = await self.forwards.run(rows)
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, calls, 1)

@@ -47,10 +47,10 @@ def core(model_dir: Path, **settings: Any) -> ModelCore:
 def replica(tiny_model_dir: Path) -> Iterator[ModelCore]:
     tier = core(tiny_model_dir, inline_forward_ms=5.0)
     tier.calibration = KNOWN_COST  # measured costs vary by machine; the rule is what is tested
-    tier.forward = Where(tier.forward)
+    tier.forwards.alone = Where(tier.forwards.alone)
     yield tier
     tier._stop.set()
-    tier.executor.shutdown()
+    tier.forwards.executor.shutdown()
 
 
 def infer(replica: ModelCore, texts: list[str]) -> tuple[npt.NDArray[np.float32], Any]:
@@ -65,7 +65,7 @@ def infer(replica: ModelCore, texts: list[str]) -> tuple[npt.NDArray[np.float32]
 
 def test_a_cheap_forward_runs_on_the_event_loop(replica: ModelCore, tiny_model_dir: Path) -> None:
     probs, status = infer(replica, SAMPLE_TEXT[:1])
-    assert replica.forward.threads == [threading.current_thread().name]  # type: ignore[attr-defined]
+    assert replica.forwards.alone.threads == [threading.current_thread().name]  # type: ignore[attr-defined]
     assert (status == OK).all()
     # Its CPU is counted apart from the loop's own work (/readyz; the bench reads it).
     assert replica.tally.loop_forward_cpu_s > 0
@@ -77,7 +77,7 @@ def test_a_cheap_forward_runs_on_the_event_loop(replica: ModelCore, tiny_model_d
 def test_a_costly_forward_runs_on_the_forward_thread(replica: ModelCore) -> None:
     long_texts = [" ".join(SAMPLE_TEXT)] * 32  # 32 rows of 32 tokens: ~11 ms predicted
     probs, status = infer(replica, long_texts)
-    threads = replica.forward.threads  # type: ignore[attr-defined]
+    threads = replica.forwards.alone.threads  # type: ignore[attr-defined]
     assert threads and all(name.startswith("forward") for name in threads)
     assert (status == OK).all() and probs.shape == (32, 2)
     assert replica.tally.loop_forward_cpu_s == 0
@@ -86,12 +86,12 @@ def test_a_costly_forward_runs_on_the_forward_thread(replica: ModelCore) -> None
 def test_without_a_calibration_nothing_runs_inline(tiny_model_dir: Path) -> None:
     tier = core(tiny_model_dir, inline_forward_ms=5.0, warmup=False)
     try:
-        tier.forward = Where(tier.forward)
+        tier.forwards.alone = Where(tier.forwards.alone)
         infer(tier, SAMPLE_TEXT[:1])
-        assert tier.forward.threads[0].startswith("forward")  # type: ignore[attr-defined]
+        assert tier.forwards.alone.threads[0].startswith("forward")  # type: ignore[attr-defined]
     finally:
         tier._stop.set()
-        tier.executor.shutdown()
+        tier.forwards.executor.shutdown()
 
 
 def test_no_forward_runs_inline_with_a_fault_injected_or_the_limit_at_zero(

@@ -61,10 +61,10 @@ def replica(model_dir: Path) -> Iterator[Any]:
         },
     }
     tier = ModelCore(settings)
-    tier.forward = Forwards(tier.forward)
+    tier.forwards.alone = Forwards(tier.forwards.alone)
     yield tier
     tier._stop.set()
-    tier.executor.shutdown()
+    tier.forwards.executor.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +117,8 @@ def test_windows_of_several_requests_share_forwards(
     assert [r.windows for r in replies] == [[3], [3], [3]]
     owner = {tuple(w): i for i, text in enumerate(texts) for w in windows_of(model_dir, text)}
     assert len(owner) == 9
-    forwards = [{owner[row] for row in rows} for rows in replica.forward.rows]
-    assert sum(len(rows) for rows in replica.forward.rows) == 9  # every window ran once
+    forwards = [{owner[row] for row in rows} for rows in replica.forwards.alone.rows]
+    assert sum(len(rows) for rows in replica.forwards.alone.rows) == 9  # every window ran once
     assert len(forwards) < 3 and any(len(requests) > 1 for requests in forwards), forwards
     for reply, text in zip(replies, texts, strict=True):
         expected = weighted_mean(local, windows_of(model_dir, text))
@@ -134,7 +134,7 @@ def test_a_text_past_the_window_limit_keeps_its_start_and_end_and_is_flagged(
     assert reply.windows == [3, 1] and reply.truncated == [True, False]
     kept = windows_of(model_dir, longest, max_windows=3)
     assert reply.probs[0].tolist() == pytest.approx(weighted_mean(local, kept), abs=1e-5)
-    forwarded = {row for rows in replica.forward.rows for row in rows}
+    forwarded = {row for rows in replica.forwards.alone.rows for row in rows}
     assert tuple(kept[-1]) in forwarded  # the window holding the text's end ran
 
 

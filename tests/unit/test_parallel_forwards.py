@@ -54,8 +54,8 @@ def test_two_calls_compute_at_once_and_answer_as_in_process(tiny_model_dir: Path
     both = threading.Barrier(2)
     try:
         assert tier.parallel == 2 and tier.narrow is not tier.model
-        tier.forward = Overlap(tier.forward, both, seen)
-        tier.forward_beside = Overlap(tier.forward_beside, both, seen)
+        tier.forwards.alone = Overlap(tier.forwards.alone, both, seen)
+        tier.forwards.beside = Overlap(tier.forwards.beside, both, seen)
         encoder = TextEncoder.load(tiny_model_dir, MAX_LEN)
         first, _ = encoder.encode(SAMPLE_TEXT[:3])
         second, _ = encoder.encode(SAMPLE_TEXT[3:5])
@@ -72,10 +72,10 @@ def test_two_calls_compute_at_once_and_answer_as_in_process(tiny_model_dir: Path
         (p1, s1), (p2, s2) = asyncio.run(main())
     finally:
         tier._stop.set()
-        tier.executor.shutdown()
+        tier.forwards.executor.shutdown()
         torch.set_num_threads(threads)
     assert max(seen) == 2  # the second batch computed beside the first
-    assert tier.forward.calls == 1 and tier.forward_beside.calls == 1  # type: ignore[union-attr]
+    assert tier.forwards.alone.calls == 1 and tier.forwards.beside.calls == 1  # type: ignore[union-attr]
     assert tier.tally.batches == 2
     assert (s1 == OK).all() and (s2 == OK).all()
     local = SentimentModel.load(tiny_model_dir, device="cpu", max_length=MAX_LEN)
