@@ -262,7 +262,8 @@ def load_ort(
         raise BackendError(str(exc)) from exc
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # One forward at a time runs on the replica's forward thread; intra-op threads do the work.
+    # Each forward runs on a forward thread of its own (service.forwards), its ops in order;
+    # intra-op threads split each op.
     options.inter_op_num_threads = 1
     options.intra_op_num_threads = threads or torch.get_num_threads()
     # Idle intra-op threads spin by default, taking the cores the ingress, HAProxy and Ray

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -86,16 +87,24 @@ class Forwards:
         self.beside: Chain = self.alone  # one forward at a time: never beside another
         if narrow is not model:
             self.beside = splitting(watched(narrow, watchdog, settings), labels, failures)
-        self.computing = 0  # forwards handed to the threads and not yet back
+        self._lock = threading.Lock()
+        self._computing = 0  # forwards started on the threads and not yet back
 
     async def run(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
-        """One forward on a forward thread: on every thread alone, on its share beside another."""
-        chain = self.beside if self.computing else self.alone
-        self.computing += 1
+        """One forward on the next free forward thread (queued, in order, while none is)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows)
+
+    def _start(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
+        # Chosen as it starts, not as it is queued: alone on every thread, beside another
+        # on its share of them.
+        with self._lock:
+            chain = self.beside if self._computing else self.alone
+            self._computing += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, chain, rows)
+            return chain(rows)
         finally:
-            self.computing -= 1
+            with self._lock:
+                self._computing -= 1
 
     async def probe(self, rows: Rows) -> tuple[Probs, float]:
         """One forward as the health check runs it: on a forward thread, watched, not retried."""

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from service.settings import BatchConfig, Settings
 logger = logging.getLogger("ray.serve")
 
 Probs = npt.NDArray[np.float32]
+Computed = tuple[Probs, npt.NDArray[np.uint8], float]  # one forward: probs, status, seconds
 
 
 @dataclass
@@ -184,7 +185,7 @@ class ModelCore:
         for job in jobs:
             self.metrics.queue_wait.observe(now - job.arrived)
 
-        def answers(done: npt.NDArray[np.intp]) -> list[tuple[int, Scored]]:
+        def answers(done: Iterable[int]) -> list[tuple[int, Scored]]:
             spans = [(int(k), slice(starts[k], starts[k + 1])) for k in done]
             return [(k, (probs[span], status[span])) for k, span in spans]
 
@@ -197,33 +198,50 @@ class ModelCore:
         self.tally.batched_texts += len(live)
         overhead = self._overhead()
         budget = self.batch.micro_batch_tokens
-        for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
-            texts = live[group]
-            calls = owner[texts]
-            rows = [jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)]
-            group_lengths = lengths[texts].tolist()
-            padded = padded_cost(group_lengths)
-            inline = self._runs_inline(padded)
-            if inline:
-                cpu0 = time.thread_time()
-                out, ok, seconds = self.forwards.alone(rows)
-                self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
-            else:
-                out, ok, seconds = await self.forwards.run(rows)
+
+        def computed(texts: npt.NDArray[np.intp], result: Computed, on: str) -> list[int]:
+            """Note one forward's answers; the calls it completed."""
+            (out, ok, seconds), group_lengths = result, lengths[texts].tolist()
             probs[texts], status[texts] = out, ok
             before = left.copy()
-            np.subtract.at(left, calls, 1)
+            np.subtract.at(left, owner[texts], 1)
             self.tally.forwards += 1
             self.metrics.forward_texts.observe(len(texts))
-            self.metrics.forward_padded_tokens.observe(padded)
+            self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
             self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
-            self.metrics.forward.observe(seconds, tags={"on": "event_loop" if inline else "thread"})
+            self.metrics.forward.observe(seconds, tags={"on": on})
             self._count_rechecks()
-            finished = np.flatnonzero((left == 0) & (before > 0))
-            if len(finished):
-                yield answers(finished)
-            if inline:  # let the loop read new requests and send answers between forwards
-                await asyncio.sleep(0)
+            return np.flatnonzero((left == 0) & (before > 0)).tolist()
+
+        # Forwards too long for the loop all go to the forward threads at once, in plan order:
+        # a free thread takes the next, so a large batch's forwards compute side by side
+        # rather than one after another while the other thread serves small batches.
+        threaded: dict[asyncio.Task[Computed], npt.NDArray[np.intp]] = {}
+        try:
+            for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
+                texts = live[group]
+                calls = owner[texts]
+                rows = [
+                    jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)
+                ]
+                if not self._runs_inline(padded_cost(lengths[texts].tolist())):
+                    threaded[asyncio.ensure_future(self.forwards.run(rows))] = texts
+                    continue
+                cpu0 = time.thread_time()
+                result = self.forwards.alone(rows)
+                self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
+                if finished := computed(texts, result, "event_loop"):
+                    yield answers(finished)
+                await asyncio.sleep(0)  # let the loop read new requests and send answers
+            order, pending = {task: i for i, task in enumerate(threaded)}, set(threaded)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=order.__getitem__):
+                    if finished := computed(threaded[task], task.result(), "thread"):
+                        yield answers(finished)
+        finally:  # the batch failed or was abandoned: its queued forwards need not run
+            for task in threaded:
+                task.cancel()
 
     def _count_rechecks(self) -> None:
         total = sum(getattr(m, "rechecked_texts", 0) for m in {self.model, self.narrow})
@@ -232,12 +250,9 @@ class ModelCore:
             self._rechecked = total
 
     def _runs_inline(self, padded_tokens: int) -> bool:
-        """Whether the calibrated cost of a forward of `padded_tokens` is within the inline
-        limit.
-
-        Handing a forward to the forward thread and back (a future, two thread wake-ups)
-        costs about 0.1-0.2 ms of CPU on a slow core: as much as a tiny model's whole
-        forward, so those run on the loop (README "Forwards on the event loop").
+        """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.
+        A hand-off to a forward thread and back costs about 0.1-0.2 ms of CPU on a slow core, a
+        tiny model's whole forward: those run on the loop (README "Forwards on the event loop").
         """
         found = self.calibration
         if found is None or self.inline_max_s <= 0:

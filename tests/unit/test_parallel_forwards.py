@@ -1,6 +1,6 @@
-"""Parallel forwards on a CPU: two batches compute at once, a forward beside another runs on
-the narrow copy of the model, answers equal the model run in-process, and where parallel
-forwards cannot run, asking for them is a clear error."""
+"""Parallel forwards on a CPU: two batches compute at once, and so do one batch's forwards; a
+forward beside another runs on the narrow copy of the model, answers equal the model run
+in-process, and where parallel forwards cannot run, asking for them is a clear error."""
 
 from __future__ import annotations
 
@@ -81,6 +81,31 @@ def test_two_calls_compute_at_once_and_answer_as_in_process(tiny_model_dir: Path
     local = SentimentModel.load(tiny_model_dir, device="cpu", max_length=MAX_LEN)
     expected = local.predict([e.ids for e in local.encode(SAMPLE_TEXT[:5])]).numpy()
     np.testing.assert_allclose(np.concatenate([p1, p2]), expected, atol=1e-5)
+
+
+def test_one_batch_computes_its_forwards_side_by_side(tiny_model_dir: Path) -> None:
+    threads = torch.get_num_threads()
+    # A forward's budget of one full-length row: the five texts need three forwards at least.
+    batch = {"micro_batch_tokens": MAX_LEN}
+    tier = core(tiny_model_dir, parallel_forwards=2, torch_threads=2, batch=batch)
+    seen: list[int] = []
+    both = threading.Barrier(2)
+    try:
+        tier.forwards.alone = Overlap(tier.forwards.alone, both, seen)
+        tier.forwards.beside = Overlap(tier.forwards.beside, both, seen)
+        packed, _ = TextEncoder.load(tiny_model_dir, MAX_LEN).encode(SAMPLE_TEXT[:5])
+        probs, status = asyncio.run(tier.infer(packed, np.full(5, 30.0, dtype=np.float32)))
+    finally:
+        tier._stop.set()
+        tier.forwards.executor.shutdown()
+        torch.set_num_threads(threads)
+    assert tier.tally.batches == 1 and tier.tally.forwards >= 3
+    assert max(seen) == 2  # the batch's second forward computed beside its first
+    assert tier.forwards.beside.calls >= 1  # type: ignore[union-attr]
+    assert (status == OK).all()
+    local = SentimentModel.load(tiny_model_dir, device="cpu", max_length=MAX_LEN)
+    expected = local.predict([e.ids for e in local.encode(SAMPLE_TEXT[:5])]).numpy()
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
 
 
 def settings(model_dir: Path, **values: Any) -> Settings:
