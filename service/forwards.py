@@ -25,10 +25,10 @@ from service.faults import with_faults
 from service.forwardproc import ForwardProcess
 from service.health import Watchdog
 from service.model import SentimentModel
-from service.retry import Forward, Probs, Rows, SplittingForward
+from service.retry import Computed, Forward, Probs, Rows, SplittingForward
 from service.settings import Settings
 
-Chain = Callable[[Rows], tuple[Probs, npt.NDArray[np.uint8], float]]  # probs, status, seconds
+Chain = Callable[[Rows], Computed]
 
 FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
 
@@ -90,11 +90,11 @@ class Forwards:
         self._lock = threading.Lock()
         self._computing = 0  # forwards started on the threads and not yet back
 
-    async def run(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
+    async def run(self, rows: Rows) -> Computed:
         """One forward on the next free forward thread (queued, in order, while none is)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows)
 
-    def _start(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
+    def _start(self, rows: Rows) -> Computed:
         # Chosen as it starts, not as it is queued: alone on every thread, beside another
         # on its share of them.
         with self._lock:

@@ -34,13 +34,12 @@ from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
 from service.placement import inline_limit_s, load_model, parallel_forwards
-from service.retry import expired_scores
+from service.retry import Computed, expired_scores
 from service.settings import BatchConfig, Settings
 
 logger = logging.getLogger("ray.serve")
 
 Probs = npt.NDArray[np.float32]
-Computed = tuple[Probs, npt.NDArray[np.uint8], float]  # one forward: probs, status, seconds
 
 
 @dataclass
@@ -199,9 +198,11 @@ class ModelCore:
         overhead = self._overhead()
         budget = self.batch.micro_batch_tokens
 
-        def computed(texts: npt.NDArray[np.intp], result: Computed, on: str) -> list[int]:
+        def computed(
+            texts: npt.NDArray[np.intp], group_lengths: list[int], result: Computed, on: str
+        ) -> list[int]:
             """Note one forward's answers; the calls it completed."""
-            (out, ok, seconds), group_lengths = result, lengths[texts].tolist()
+            out, ok, seconds = result
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, owner[texts], 1)
@@ -216,7 +217,7 @@ class ModelCore:
         # Forwards too long for the loop all go to the forward threads at once, in plan order:
         # a free thread takes the next, so a large batch's forwards compute side by side
         # rather than one after another while the other thread serves small batches.
-        threaded: dict[asyncio.Task[Computed], npt.NDArray[np.intp]] = {}
+        threaded: dict[asyncio.Task[Computed], tuple[npt.NDArray[np.intp], list[int]]] = {}
         try:
             for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
                 texts = live[group]
@@ -224,20 +225,21 @@ class ModelCore:
                 rows = [
                     jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)
                 ]
-                if not self._runs_inline(padded_cost(lengths[texts].tolist())):
-                    threaded[asyncio.ensure_future(self.forwards.run(rows))] = texts
+                group_lengths = lengths[texts].tolist()
+                if not self._runs_inline(padded_cost(group_lengths)):
+                    threaded[asyncio.ensure_future(self.forwards.run(rows))] = texts, group_lengths
                     continue
                 cpu0 = time.thread_time()
                 result = self.forwards.alone(rows)
                 self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
-                if finished := computed(texts, result, "event_loop"):
+                if finished := computed(texts, group_lengths, result, "event_loop"):
                     yield answers(finished)
                 await asyncio.sleep(0)  # let the loop read new requests and send answers
             order, pending = {task: i for i, task in enumerate(threaded)}, set(threaded)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in sorted(done, key=order.__getitem__):
-                    if finished := computed(threaded[task], task.result(), "thread"):
+                    if finished := computed(*threaded[task], task.result(), "thread"):
                         yield answers(finished)
         finally:  # the batch failed or was abandoned: its queued forwards need not run
             for task in threaded:

@@ -24,6 +24,7 @@ logger = logging.getLogger("ray.serve")
 Probs = npt.NDArray[np.float32]
 Rows = list[npt.NDArray[np.int32]]
 Forward = Callable[[Rows], tuple[Probs, float]]  # rows -> (probabilities, seconds)
+Computed = tuple[Probs, npt.NDArray[np.uint8], float]  # one forward: probs, status, seconds
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -66,7 +67,7 @@ class SplittingForward:
         self.labels = labels
         self.on_failure = on_failure
 
-    def __call__(self, rows: Rows) -> tuple[Probs, npt.NDArray[np.uint8], float]:
+    def __call__(self, rows: Rows) -> Computed:
         probs = np.zeros((len(rows), self.labels), dtype=np.float32)
         status = np.full(len(rows), OK, dtype=np.uint8)
         seconds = self._run(rows, 0, probs, status)
