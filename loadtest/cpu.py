@@ -19,6 +19,7 @@ GROUPS = (
     "SentimentModel",
     "NaiveClassifier",
     "Floor",  # loadtest.floor's deployment
+    "EmptyInfer",  # loadtest.callsize's floor of a model call
     "ServeController",
     "HAProxyManager",  # the Ray actor that starts and reloads HAProxy
     "ProxyActor",

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, floor, hops, serving, tally
+from loadtest import callsize, cpu, floor, hops, serving, tally
 from loadtest.httpload import RunResult, bodies, closed_loop
 from service.encoding import TextEncoder
 from service.settings import Settings
@@ -226,14 +226,15 @@ def run(
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX))
         floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
         floor.remove()
+        two_tier: dict[str, Any] = {}
+        if settings.layout == "two-tier":  # before any handle is called outside an event loop
+            two_tier = _call_sizes(settings, plan, texts, readyz)
         encoder = TextEncoder.load(tiny, settings.max_seq_len)
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     for row, under in zip(rows, floor_rows, strict=True):
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
-    two_tier: dict[str, Any] = {}
     if settings.layout != "two-tier":  # the model replica's own CPU exists in two tiers only
-        layout = _two_tier(settings, ingress, ingress_replicas, plan, payloads)
-        two_tier = {"two_tier_levels": layout}
+        two_tier = _two_tier(settings, ingress, ingress_replicas, plan, payloads, texts)
     return {
         "model": {
             "layers": layers,
@@ -263,16 +264,44 @@ def _two_tier(
     ingress_replicas: int,
     plan: OverheadPlan,
     payloads: list[tuple[bytes, int]],
-) -> list[dict[str, Any]]:
+    texts: list[str],
+) -> dict[str, Any]:
     """The model replica's own CPU per text where it has a process of its own: the same
-    tiny model served in two tiers (the GPU layout), at the target's client count only."""
+    tiny model served in two tiers (the GPU layout), at the target's client count only, then
+    by call size."""
     two_tier = settings.model_copy(update={"layout": "two-tier"})
     with serving.local_service(two_tier, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         _served_backend(readyz)
-        return asyncio.run(
+        levels = asyncio.run(
             measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
         )
+        return {"two_tier_levels": levels, **_call_sizes(two_tier, plan, texts, readyz)}
+
+
+def _call_sizes(
+    settings: Settings, plan: OverheadPlan, texts: list[str], readyz: str
+) -> dict[str, Any]:
+    """The running two-tier service's model replica (`local_service` runs both tiers as one
+    application), called directly by call size."""
+    encoder = TextEncoder.load(settings.model_path, settings.max_seq_len)
+    app = serving.SERVICE_APP
+    callsize.deploy_floor()
+    try:
+        rows = asyncio.run(
+            callsize.measure(app, encoder, texts, plan.seconds / 2, plan.warmup_s / 2, readyz)
+        )
+    finally:
+        callsize.remove_floor()
+    for r in rows:
+        print(
+            f"two-tier calls of {r['texts_per_call']:3d} texts: {r['calls_per_s']:7.1f} calls/s"
+            f"  model replica's own CPU {r['own_cpu_ms_per_call']} ms/call, "
+            f"{r['own_cpu_ms_per_text']} ms/text",
+            flush=True,
+        )
+    line = callsize.fitted(rows, MODEL_OWN_CPU_MS_PER_TEXT)
+    return {"two_tier_calls": {"in_flight": callsize.IN_FLIGHT, "sizes": rows, "fit": line}}
 
 
 def _served_backend(readyz: str, wait_s: float = 30.0) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest import hops, tally
+from loadtest import callsize, hops, tally
 from loadtest.overhead import (
     ADDED_CPU_MS_PER_REQUEST,
     MODEL_GROUP,
@@ -76,6 +76,11 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
     if section.get("two_tier_levels"):
         lines += ["", *_two_tier_lines(section)]
+    if calls := section.get("two_tier_calls"):
+        lines += [
+            "",
+            *callsize.report_lines(calls["sizes"], calls["fit"], MODEL_OWN_CPU_MS_PER_TEXT),
+        ]
     if "hops" in section:
         lines += ["", *hops.report_lines(section["hops"])]
     row = _headline_row(section)

@@ -107,6 +107,13 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         added = r["server_cpu_ms_per_request"] - f["server_cpu_ms_per_request"]
         assert abs(r["added_to_floor_cpu_ms_per_request"] - added) < 0.002
     assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1]
+    # The model replica called directly, by call size: every size answered, its CPU read.
+    calls = section["two_tier_calls"]
+    assert [r["texts_per_call"] for r in calls["sizes"]] == [1, 8, 32, 128]
+    for r in calls["sizes"]:
+        assert r["calls"] > 0 and r["own_cpu_ms_per_call"] > 0, r
+    assert calls["fit"]["per_call_ms"] is not None
+    assert "called directly through a handle" in table
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
     assert "Ray Serve's floor in the same Ray and run" in table
     assert table.count("\n| 256 | ") == 2  # the service's table and the floor's
