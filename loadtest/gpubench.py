@@ -53,7 +53,8 @@ print(json.dumps(doc))
 """
 
 
-# The H200 run's bench needed ~240 s before its tiny-model overhead section (~120 s more).
+# The H200 run's bench needed ~240 s before its tiny-model overhead section (~120 s more, and
+# ~20 s since for the model replica by call size).
 FULL_BUDGETS = {
     "prepare": 60.0, "training": 90.0, "probe": 75.0, "convoy": 90.0, "bench": 420.0,
     "parity": 240.0,

@@ -289,7 +289,9 @@ def _call_sizes(
     callsize.deploy_floor()
     try:
         rows = asyncio.run(
-            callsize.measure(app, encoder, texts, plan.seconds / 2, plan.warmup_s / 2, readyz)
+            # A quarter of a level's time per size and target: 20 s in all at full length,
+            # within the GPU bench's budget for this section (loadtest.gpubench).
+            callsize.measure(app, encoder, texts, plan.seconds / 4, plan.warmup_s / 4, readyz)
         )
     finally:
         callsize.remove_floor()
