@@ -51,7 +51,7 @@ def size_row(
 ) -> dict[str, Any]:
     """One call size's figures: the model replica's CPU less its forwards (on its forward
     threads and, per its own count, on its event loop), per call and per text."""
-    forwards = used.forward_by_group.get(MODEL_GROUP, 0.0) + (batching.get("loop_forward_s") or 0)
+    forwards = used.forwards_of(MODEL_GROUP, batching.get("loop_forward_s") or 0.0)
     own = used.by_group.get(MODEL_GROUP, 0.0) - forwards
     texts = calls * texts_per_call
     return {

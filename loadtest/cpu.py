@@ -77,6 +77,14 @@ class Usage:
     def total(self) -> float:
         return sum(self.by_group.values())
 
+    def forwards_of(self, group: str, loop_forward_s: float = 0.0) -> float:
+        """CPU seconds `group` spent in forwards: its forward threads' from /proc, plus
+        `loop_forward_s` run on its event loop (the model core's own count: /proc cannot tell
+        them from the loop's other work). 0 when no process of the group was seen."""
+        if group not in self.by_group:
+            return 0.0
+        return self.forward_by_group.get(group, 0.0) + loop_forward_s
+
 
 def parse_stat(text: str) -> Stat:
     """Parse one stat line; `comm` may hold spaces and parentheses, so split at the last ')'."""

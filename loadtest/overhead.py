@@ -139,9 +139,7 @@ def level_row(
     loop_forward_s = batching.get("loop_forward_s") or 0.0
     n = result.requests
     model = used.by_group.get(MODEL_GROUP, 0.0)
-    forward_here = used.forward_by_group.get(MODEL_GROUP, 0.0) + (
-        loop_forward_s if MODEL_GROUP in used.by_group else 0.0
-    )
+    forward_here = used.forwards_of(MODEL_GROUP, loop_forward_s)
     # Co-located, the ingress runs the forwards (on its thread or its loop).
     forward = sum(used.forward_by_group.values()) + loop_forward_s
     return {
@@ -219,6 +217,7 @@ def run(
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
+    encoder = TextEncoder.load(tiny, settings.max_seq_len)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         served = _served_backend(readyz)
@@ -228,13 +227,12 @@ def run(
         floor.remove()
         two_tier: dict[str, Any] = {}
         if settings.layout == "two-tier":  # before any handle is called outside an event loop
-            two_tier = _call_sizes(settings, plan, texts, readyz)
-        encoder = TextEncoder.load(tiny, settings.max_seq_len)
+            two_tier = _call_sizes(encoder, plan, texts, readyz)
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     for row, under in zip(rows, floor_rows, strict=True):
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
     if settings.layout != "two-tier":  # the model replica's own CPU exists in two tiers only
-        two_tier = _two_tier(settings, ingress, ingress_replicas, plan, payloads, texts)
+        two_tier = _two_tier(settings, ingress, ingress_replicas, plan, payloads, texts, encoder)
     return {
         "model": {
             "layers": layers,
@@ -265,6 +263,7 @@ def _two_tier(
     plan: OverheadPlan,
     payloads: list[tuple[bytes, int]],
     texts: list[str],
+    encoder: TextEncoder,
 ) -> dict[str, Any]:
     """The model replica's own CPU per text where it has a process of its own: the same
     tiny model served in two tiers (the GPU layout), at the target's client count only, then
@@ -276,15 +275,14 @@ def _two_tier(
         levels = asyncio.run(
             measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
         )
-        return {"two_tier_levels": levels, **_call_sizes(two_tier, plan, texts, readyz)}
+        return {"two_tier_levels": levels, **_call_sizes(encoder, plan, texts, readyz)}
 
 
 def _call_sizes(
-    settings: Settings, plan: OverheadPlan, texts: list[str], readyz: str
+    encoder: TextEncoder, plan: OverheadPlan, texts: list[str], readyz: str
 ) -> dict[str, Any]:
     """The running two-tier service's model replica (`local_service` runs both tiers as one
     application), called directly by call size."""
-    encoder = TextEncoder.load(settings.model_path, settings.max_seq_len)
     app = serving.SERVICE_APP
     callsize.deploy_floor()
     try:
