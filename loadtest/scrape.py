@@ -98,10 +98,10 @@ class ServerWatch:
         def delta(name: str) -> float:
             return total(b, name) - total(a, name)
 
-        forwards = delta(P + "forward_texts_count")
+        forwards = delta(P + "forward_seconds_count")
         batches = delta(P + "batch_texts_count")
         texts = delta(P + "texts_total")
-        pad_n = delta(P + "padding_ratio_count")
+        padded = delta(P + "forward_padded_tokens_total")
         replicas = {got.get("replica", "") for got, _ in b.get(P + "model_info", [])}
 
         def diff_by(name: str, label: str) -> dict[str, float]:
@@ -117,9 +117,9 @@ class ServerWatch:
             "texts_answered": texts,
             "texts_per_forward": round(texts / forwards, 2) if forwards else None,
             "texts_per_batch": round(texts / batches, 2) if batches else None,
-            # Ray exports histogram sums from bucket midpoints, so this mean is approximate.
-            "padding_ratio_mean": round(delta(P + "padding_ratio_sum") / pad_n, 3)
-            if pad_n
+            # Of all tokens the forwards computed, the share that was padding.
+            "padding_ratio_mean": round(1 - delta(P + "forward_tokens_total") / padded, 3)
+            if padded
             else None,
             "queue_wait_p50_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.5)),
             "queue_wait_p99_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.99)),

@@ -17,10 +17,8 @@ EXPORTED_PREFIX = "ray_" + PREFIX
 
 LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 TEXTS_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0]
-TOKEN_BUCKETS = [float(2**k) for k in range(6, 17)]  # 64 .. 65536
 # Windows per text; max_windows is at most 64.
 WINDOW_BUCKETS = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
-RATIO_BUCKETS = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99]
 
 
 def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ()) -> Histogram:
@@ -118,14 +116,19 @@ class ModelMetrics:
         self.batch_texts = _hist(
             "batch_texts", "Texts in one dynamic batch (across calls and ingresses).", TEXTS_BUCKETS
         )
-        self.forward_texts = _hist("forward_texts", "Texts in one forward pass.", TEXTS_BUCKETS)
-        self.forward_padded_tokens = _hist(
-            "forward_padded_tokens",
-            "Tokens one forward computes: longest length (rounded to 8) x texts.",
-            TOKEN_BUCKETS,
+        # Counters, not per-forward histograms: the loop adds them up in plain ints and the
+        # gauges thread publishes them (see ModelCore). Texts per forward: forward_texts over
+        # forward_seconds' count; padding share: 1 - forward_tokens / forward_padded_tokens.
+        self.forward_texts = Counter(
+            PREFIX + "forward_texts", description="Texts (rows) computed by forward passes."
         )
-        self.padding_ratio = _hist(
-            "padding_ratio", "Share of a forward's tokens that are padding.", RATIO_BUCKETS
+        self.forward_tokens = Counter(
+            PREFIX + "forward_tokens", description="Tokens of those texts, padding excluded."
+        )
+        self.forward_padded_tokens = Counter(
+            PREFIX + "forward_padded_tokens",
+            description="Tokens forward passes computed, padding included: per forward, its "
+            "longest length (rounded to 8) x its texts.",
         )
         self.forward_failures = Counter(
             PREFIX + "forward_failures",
@@ -160,11 +163,22 @@ class ModelMetrics:
             tag_keys=("model", "dtype", "device", "backend"),  # type: ignore[arg-type]  # stub says 1-tuple
         )
 
-    def publish(self, info: dict[str, str], queued: int, gpu: tuple[int, int, int]) -> None:
+    def publish(
+        self,
+        info: dict[str, str],
+        queued: int,
+        gpu: tuple[int, int, int],
+        added: Mapping[str, int],
+    ) -> None:
         """Set every gauge again (Ray forgets one not set within two export intervals):
-        the model's tags, the texts waiting, and GPU bytes allocated, reserved and at peak."""
+        the model's tags, the texts waiting, and GPU bytes allocated, reserved and at peak;
+        and add what was counted since the last call (`added`: a counter's attribute name here,
+        such as "forward_texts", to its increase)."""
         self.model_info.set(1, tags=info)
         self.queued_texts.set(queued)
         self.gpu_allocated.set(gpu[0])
         self.gpu_reserved.set(gpu[1])
         self.gpu_peak.set(gpu[2])
+        for name, value in added.items():
+            if value > 0:
+                getattr(self, name).inc(value)

@@ -25,7 +25,7 @@ import torch
 from ray import serve
 
 from service.batcher import Batcher
-from service.batching import PAD_MULTIPLE, padded_cost, padding_ratio, plan_micro_batches
+from service.batching import PAD_MULTIPLE, padded_cost, plan_micro_batches
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
@@ -69,6 +69,13 @@ class Tally:
     batched_texts: int = 0
     forwards: int = 0
     loop_forward_cpu_s: float = 0.0
+    forward_texts: int = 0
+    forward_tokens: int = 0  # padding excluded
+    forward_padded_tokens: int = 0
+
+
+# Tally fields the gauges thread publishes as counters of the same names (ModelMetrics).
+COUNTED = ("forward_texts", "forward_tokens", "forward_padded_tokens")
 
 
 class ModelCore:
@@ -117,8 +124,6 @@ class ModelCore:
         self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
         self.tally = Tally()
-        self._rechecked = 0
-        self._count_rechecks()  # the warm-up's: not counted
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
@@ -206,12 +211,12 @@ class ModelCore:
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, owner[texts], 1)
-            self.tally.forwards += 1
-            self.metrics.forward_texts.observe(len(texts))
-            self.metrics.forward_padded_tokens.observe(padded_cost(group_lengths))
-            self.metrics.padding_ratio.observe(padding_ratio(group_lengths))
+            tally = self.tally
+            tally.forwards += 1
+            tally.forward_texts += len(group_lengths)
+            tally.forward_tokens += sum(group_lengths)
+            tally.forward_padded_tokens += padded_cost(group_lengths)
             self.metrics.forward.observe(seconds, tags={"on": on})
-            self._count_rechecks()
             return np.flatnonzero((left == 0) & (before > 0)).tolist()
 
         # Forwards too long for the loop all go to the forward threads at once, in plan order:
@@ -244,12 +249,6 @@ class ModelCore:
         finally:  # the batch failed or was abandoned: its queued forwards need not run
             for task in threaded:
                 task.cancel()
-
-    def _count_rechecks(self) -> None:
-        total = sum(getattr(m, "rechecked_texts", 0) for m in {self.model, self.narrow})
-        if total > self._rechecked:
-            self.metrics.int8_rechecked.inc(total - self._rechecked)
-            self._rechecked = total
 
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.
@@ -288,10 +287,21 @@ class ModelCore:
         info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
         info["backend"] = model.backend_name
         memory = (0, 0, 0)
+        # The warm-up's forwards and INT8 rechecks are not counted.
+        last = {name: getattr(self.tally, name) for name in COUNTED}
+        last["int8_rechecked"] = self._rechecked()
         while not self._stop.wait(self.settings.metrics_refresh_s):
             with contextlib.suppress(ForwardProcessError):  # gone: the health check says so
                 memory = model.gpu_memory()
-            self.metrics.publish(info, self.batcher.queued, memory)
+            now = {name: getattr(self.tally, name) for name in COUNTED}
+            now["int8_rechecked"] = self._rechecked()
+            added = {name: now[name] - last[name] for name in now}
+            self.metrics.publish(info, self.batcher.queued, memory, added)
+            last = now
+
+    def _rechecked(self) -> int:
+        """INT8 answers recomputed on the FP32 graph so far (0 for other backends)."""
+        return sum(getattr(m, "rechecked_texts", 0) for m in {self.model, self.narrow})
 
     def __del__(self) -> None:
         if hasattr(self, "_stop"):

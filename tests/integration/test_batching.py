@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import Cluster
+from service.batching import round_up
+from service.encoding import TextEncoder
+from tests.integration.conftest import TEST_ARGS, Cluster
 from tests.integration.load import burst, singles
 
 pytestmark = pytest.mark.integration
@@ -51,39 +53,39 @@ def test_batch_knobs_change_on_the_running_replica(cluster: Cluster) -> None:
     assert count < 24 and ones < count
 
 
-def test_forward_metrics_describe_the_work(cluster: Cluster, main_app: object) -> None:
-    texts = ["ok", "great phone, fast delivery and the battery lasts for days " * 2]
-    assert burst(main_app, [{"texts": texts}])[0].status_code == 200  # type: ignore[arg-type]
-    cluster.wait_for(lambda: cluster.metric("ray_sentiment_texts_total", application="main") >= 2)
-    padded = cluster.metric("ray_sentiment_forward_padded_tokens_sum", application="main")
-    assert padded > 0
-    # Both histograms are observed once per forward; Ray exports them on its own schedule, so
-    # they agree once a scrape sees the same forwards in both.
-    cluster.wait_for(lambda: _forward_counts_agree(cluster))
-    assert cluster.metric("ray_sentiment_queue_wait_seconds_count", application="main") >= 1
-    assert cluster.metric("ray_sentiment_tokenize_seconds_count", application="main") >= 1
-    cluster.wait_for(lambda: cluster.metric("ray_sentiment_model_info", application="main") == 1)
+def test_forward_metrics_describe_the_work(cluster: Cluster) -> None:
+    app = cluster.deploy("forwards")
+    texts = ["ok", "great phone, fast delivery"]
+    lengths = [
+        len(TextEncoder.load(cluster.model_dir, TEST_ARGS["max_seq_len"]).tokenizer.encode(t).ids)
+        for t in texts
+    ]
+    assert burst(app, [{"texts": texts}])[0].status_code == 200
+    # Counted on the loop and published as counters with the gauges, so exact.
+    forward_texts = "ray_sentiment_forward_texts_total"
+    cluster.wait_for(lambda: cluster.metric(forward_texts, application="forwards") == 2)
+    tokens = cluster.metric("ray_sentiment_forward_tokens_total", application="forwards")
+    padded = cluster.metric("ray_sentiment_forward_padded_tokens_total", application="forwards")
+    assert tokens == sum(lengths)
+    together, apart = round_up(max(lengths)) * 2, sum(round_up(n) for n in lengths)
+    assert padded in (together, apart)
+    forwards = "ray_sentiment_forward_seconds_count"
+    cluster.wait_for(
+        lambda: cluster.metric(forwards, application="forwards") == (1 if padded == together else 2)
+    )
+    assert cluster.metric("ray_sentiment_queue_wait_seconds_count", application="forwards") >= 1
+    assert cluster.metric("ray_sentiment_tokenize_seconds_count", application="forwards") >= 1
+    cluster.wait_for(
+        lambda: cluster.metric("ray_sentiment_model_info", application="forwards") == 1
+    )
     info = [
         labels
         for labels, _ in cluster.scrape()["ray_sentiment_model_info"]
-        if labels.get("application") == "main"
+        if labels.get("application") == "forwards"
     ]
     assert info[0]["model"] == "tiny" and info[0]["device"] == "cpu"
     assert info[0]["dtype"] == "float32"
     # On CPU the GPU gauges exist and read 0 (documented), so dashboards keep their series.
-    assert cluster.metric("ray_sentiment_gpu_memory_allocated_bytes", application="main") == 0
+    assert cluster.metric("ray_sentiment_gpu_memory_allocated_bytes", application="forwards") == 0
     assert "ray_sentiment_gpu_memory_peak_bytes" in cluster.scrape()
     assert "ray_serve_num_http_requests_total" in cluster.scrape()
-
-
-def _forward_counts_agree(cluster: Cluster) -> bool:
-    """One scrape: the padded-tokens and padding-ratio histograms count the same forwards."""
-    page = cluster.scrape("ray_sentiment_forward_padded_tokens", "ray_sentiment_padding_ratio")
-    padded, ratio = (
-        sum(v for labels, v in page.get(name, []) if labels.get("application") == "main")
-        for name in (
-            "ray_sentiment_forward_padded_tokens_count",
-            "ray_sentiment_padding_ratio_count",
-        )
-    )
-    return padded == ratio >= 1

@@ -50,7 +50,7 @@ def test_expired_requests_get_504_and_are_not_computed(cluster: Cluster) -> None
                                reason="deadline") == 6
     )  # fmt: skip
     time.sleep(2.5)  # a forward, had one run, would have been exported by now
-    assert cluster.metric("ray_sentiment_forward_texts_count", application="deadline") == 0
+    assert cluster.metric("ray_sentiment_forward_texts_total", application="deadline") == 0
     assert cluster.metric("ray_sentiment_texts_total", application="deadline") == 0
 
 

@@ -20,11 +20,12 @@ def exposition(texts: int, forwards: int, waits: tuple[int, int, int], rejected:
     return f"""# HELP ray_sentiment_texts_total texts
 # TYPE ray_sentiment_texts_total counter
 ray_sentiment_texts_total{{{R}}} {texts}
-# HELP ray_sentiment_forward_texts texts per forward
-# TYPE ray_sentiment_forward_texts histogram
-ray_sentiment_forward_texts_bucket{{{R},le="+Inf"}} {forwards}
-ray_sentiment_forward_texts_count{{{R}}} {forwards}
-ray_sentiment_forward_texts_sum{{{R}}} {texts}
+# HELP ray_sentiment_forward_tokens_total tokens
+# TYPE ray_sentiment_forward_tokens_total counter
+ray_sentiment_forward_tokens_total{{{R}}} {texts * 6}
+# HELP ray_sentiment_forward_padded_tokens_total padded tokens
+# TYPE ray_sentiment_forward_padded_tokens_total counter
+ray_sentiment_forward_padded_tokens_total{{{R}}} {texts * 8}
 # HELP ray_sentiment_forward_seconds forward time, by where it ran
 # TYPE ray_sentiment_forward_seconds histogram
 ray_sentiment_forward_seconds_bucket{{{R},on="event_loop",le="+Inf"}} {forwards - forwards // 5}
@@ -92,6 +93,7 @@ def test_watch_reports_differences_over_the_window(endpoint: tuple[str, list[str
     assert s["replicas"] == 1
     assert s["texts_answered"] == 300
     assert s["texts_per_forward"] == 30.0  # 300 texts over 10 forwards
+    assert s["padding_ratio_mean"] == 0.25  # 6 of every 8 tokens computed were the texts'
     assert s["rejections_by_reason"] == {"overloaded": 3.0}
     assert s["forwards_by_place"] == {"event_loop": 8.0, "thread": 2.0}  # 10 more forwards
     assert s["queue_wait_p50_ms"] is not None and s["queue_wait_p50_ms"] <= 10.0
