@@ -17,8 +17,8 @@ EXPORTED_PREFIX = "ray_" + PREFIX
 
 LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 TEXTS_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0]
-# Windows per text; max_windows is at most 64.
-WINDOW_BUCKETS = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
+# Windows per long text; max_windows is at most 64.
+WINDOW_BUCKETS = [2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
 
 
 def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ()) -> Histogram:
@@ -45,9 +45,11 @@ class IngressMetrics:
             "or one window of a long text.",
             TEXTS_BUCKETS,
         )
-        self.text_windows = _hist(
-            "text_windows",
-            "Windows one answered text used (1 unless it was longer than max_seq_len tokens).",
+        # Long texts only: a histogram observation costs CPU in this replica and again in
+        # Ray's metrics agent, and nearly every text fits one window (texts_total counts them).
+        self.long_text_windows = _hist(
+            "long_text_windows",
+            "Windows one answered text longer than max_seq_len tokens used (2 or more).",
             WINDOW_BUCKETS,
         )
         self.requests = Counter(
@@ -91,10 +93,11 @@ class IngressMetrics:
                 self.resent_calls.inc(value)
             else:
                 (self.texts if kind == "texts" else self.truncated).inc(value)
-        # A histogram takes one value a call: one per text, here rather than per request.
+        # A histogram takes one value a call: one per long text, here rather than per request.
         for count, texts in windows.items():
-            for _ in range(texts):
-                self.text_windows.observe(count)
+            if count > 1:
+                for _ in range(texts):
+                    self.long_text_windows.observe(count)
         self.pending_texts.set(pending)
 
 
