@@ -287,21 +287,21 @@ class ModelCore:
         info = {"model": model.name, "dtype": dtype_name(model.dtype), "device": str(model.device)}
         info["backend"] = model.backend_name
         memory = (0, 0, 0)
-        # The warm-up's forwards and INT8 rechecks are not counted.
-        last = {name: getattr(self.tally, name) for name in COUNTED}
-        last["int8_rechecked"] = self._rechecked()
+        last = self._counts()  # the warm-up's INT8 rechecks are not counted
         while not self._stop.wait(self.settings.metrics_refresh_s):
             with contextlib.suppress(ForwardProcessError):  # gone: the health check says so
                 memory = model.gpu_memory()
-            now = {name: getattr(self.tally, name) for name in COUNTED}
-            now["int8_rechecked"] = self._rechecked()
+            now = self._counts()
             added = {name: now[name] - last[name] for name in now}
             self.metrics.publish(info, self.batcher.queued, memory, added)
             last = now
 
-    def _rechecked(self) -> int:
-        """INT8 answers recomputed on the FP32 graph so far (0 for other backends)."""
-        return sum(getattr(m, "rechecked_texts", 0) for m in {self.model, self.narrow})
+    def _counts(self) -> dict[str, int]:
+        """What the forwards counted so far, by the ModelMetrics counter that publishes it."""
+        counts = {name: getattr(self.tally, name) for name in COUNTED}
+        models = {self.model, self.narrow}  # INT8 answers recomputed on the FP32 graph
+        counts["int8_rechecked"] = sum(getattr(m, "rechecked_texts", 0) for m in models)
+        return counts
 
     def __del__(self) -> None:
         if hasattr(self, "_stop"):
