@@ -97,7 +97,6 @@ async def measure(
     `deploy_floor`)."""
     model = serve.get_deployment_handle(MODEL_GROUP, app_name=app_name)
     floor = serve.get_deployment_handle(FLOOR_GROUP, app_name=FLOOR_APP)
-    me = os.getpid()  # the caller: not the server, never counted
     rows = []
     for size in sizes:
         pool = texts * -(-size // len(texts))  # every call full, of different texts
@@ -105,21 +104,29 @@ async def measure(
             encoder.encode(pool[i : i + size])[0] for i in range(0, len(pool) - size + 1, size)
         ]
         await _drive(model, calls, warmup_s)
-        counted = await asyncio.to_thread(tally.read, readyz)
-        before = cpu.snapshot(me)
-        t0 = time.perf_counter()
-        done = await _drive(model, calls, seconds)
-        elapsed = time.perf_counter() - t0
-        used = cpu.usage(before, cpu.snapshot(me))
+        counted = await asyncio.to_thread(tally.read, readyz)  # outside the /proc window
+        done, elapsed, used = await _measured(model, calls, seconds)
         batching = tally.between(counted, await asyncio.to_thread(tally.read, readyz))
         row = size_row(size, done, elapsed, used, batching)
         await _drive(floor, calls, warmup_s)
-        before = cpu.snapshot(me)
-        done = await _drive(floor, calls, seconds)
-        spent = cpu.usage(before, cpu.snapshot(me)).by_group.get(FLOOR_GROUP, 0.0)
+        done, _, used = await _measured(floor, calls, seconds)
+        spent = used.by_group.get(FLOOR_GROUP, 0.0)
         row["ray_floor_cpu_ms_per_call"] = round(spent * 1000 / done, 3) if done else None
         rows.append(row)
     return rows
+
+
+async def _measured(
+    handle: Any, calls: list[Packed], seconds: float
+) -> tuple[int, float, cpu.Usage]:
+    """`_drive` for `seconds` between two /proc snapshots of the server: calls answered,
+    seconds taken, CPU used (the caller's own process is never counted)."""
+    me = os.getpid()
+    before = cpu.snapshot(me)
+    t0 = time.perf_counter()
+    done = await _drive(handle, calls, seconds)
+    elapsed = time.perf_counter() - t0
+    return done, elapsed, cpu.usage(before, cpu.snapshot(me))
 
 
 def deploy_floor() -> None:

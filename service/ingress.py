@@ -120,7 +120,7 @@ class SentimentIngress:
         # Counters are summed here and published once per refresh: one Ray metric call per
         # request (the latency histogram) instead of three.
         self._counts: Counter[tuple[str, str]] = Counter()
-        self._windows: Counter[int] = Counter()  # texts by their window count
+        self._windows: Counter[int] = Counter()  # long texts by their window count (2 or more)
         self._publish = asyncio.get_running_loop().create_task(self._publish_metrics())
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -221,7 +221,7 @@ class SentimentIngress:
                 timer.cancel()
         self._counts["texts", ""] += len(texts)
         self._counts["truncated", ""] += sum(reply.truncated)
-        self._windows.update(reply.windows)
+        self._windows.update(w for w in reply.windows if w > 1)
         return 200, self._render(reply), {}
 
     def _render(self, reply: Reply) -> bytes:

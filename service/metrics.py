@@ -81,7 +81,8 @@ class IngressMetrics:
     ) -> None:
         """Add up what the ingress counted since the last call (kept in plain counters on the
         request path, which is cheaper than a Ray metric call per request), and re-set the
-        gauge. `counts` maps (kind, tag) to a count; `windows` maps windows per text to texts."""
+        gauge. `counts` maps (kind, tag) to a count; `windows` maps windows per long text
+        (2 or more) to texts."""
         for (kind, tag), value in counts.items():
             if not value:
                 continue
@@ -95,9 +96,8 @@ class IngressMetrics:
                 (self.texts if kind == "texts" else self.truncated).inc(value)
         # A histogram takes one value a call: one per long text, here rather than per request.
         for count, texts in windows.items():
-            if count > 1:
-                for _ in range(texts):
-                    self.long_text_windows.observe(count)
+            for _ in range(texts):
+                self.long_text_windows.observe(count)
         self.pending_texts.set(pending)
 
 

@@ -56,10 +56,8 @@ def test_batch_knobs_change_on_the_running_replica(cluster: Cluster) -> None:
 def test_forward_metrics_describe_the_work(cluster: Cluster) -> None:
     app = cluster.deploy("forwards")
     texts = ["ok", "great phone, fast delivery"]
-    lengths = [
-        len(TextEncoder.load(cluster.model_dir, TEST_ARGS["max_seq_len"]).tokenizer.encode(t).ids)
-        for t in texts
-    ]
+    encoder = TextEncoder.load(cluster.model_dir, TEST_ARGS["max_seq_len"])
+    lengths = encoder.encode(texts)[0].lengths().tolist()
     assert burst(app, [{"texts": texts}])[0].status_code == 200
     # Counted on the loop and published as counters with the gauges, so exact.
     forward_texts = "ray_sentiment_forward_texts_total"
