@@ -13,7 +13,7 @@ import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -33,10 +33,36 @@ Chain = Callable[[Rows], Computed]
 FORWARD_THREAD = b"forward"  # OS thread name, so per-thread CPU can be read from /proc
 
 
-def _name_thread() -> None:
-    """Give a forward thread an OS-visible name (Linux prctl PR_SET_NAME)."""
+PR_SET_NAME, PR_GET_NAME = 15, 16
+
+
+def _name_thread(name: bytes = FORWARD_THREAD) -> None:
+    """Give the calling thread an OS-visible name (Linux prctl PR_SET_NAME)."""
     with contextlib.suppress(OSError, AttributeError):  # not Linux: only a convenience
-        ctypes.CDLL(None).prctl(15, FORWARD_THREAD, 0, 0, 0)
+        ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def forward_pools() -> Iterator[None]:
+    """Threads started inside are named `forward`, as the forward threads are.
+
+    A Linux thread takes its creator's name. ONNX Runtime starts its intra-op threads when it
+    loads a session and torch its OpenMP team at a thread's first parallel op, so the models
+    load and warm up inside this: their pools' CPU is forward work, and /proc counts it so
+    (loadtest.cpu), not as the replica's own.
+    """
+    old = ctypes.create_string_buffer(16)
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_GET_NAME, old, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to name
+        yield
+        return
+    _name_thread()
+    try:
+        yield
+    finally:
+        _name_thread(old.value)
 
 
 def forward_threads(count: int) -> ThreadPoolExecutor:

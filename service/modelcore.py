@@ -29,7 +29,7 @@ from service.batching import PAD_MULTIPLE, padded_cost, plan_micro_batches
 from service.calibration import Calibration, calibrate
 from service.encoding import EXPIRED, Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
-from service.forwards import Forwards
+from service.forwards import Forwards, forward_pools
 from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
@@ -91,8 +91,9 @@ class ModelCore:
         # A forward that computes alone gets every thread (a lone request's latency); one
         # beside another gets its share, on a second copy of the sessions (ONNX Runtime fixes
         # a session's threads when it loads it).
-        self.model = load_model(s, threads)
-        self.narrow = load_model(s, narrow) if self.parallel > 1 else self.model
+        with forward_pools():
+            self.model = load_model(s, threads)
+            self.narrow = load_model(s, narrow) if self.parallel > 1 else self.model
         logger.info(
             "backend %s (%s), forwards in %s",
             self.model.backend_name,
@@ -121,7 +122,8 @@ class ModelCore:
         probe = [np.asarray(self.model.encode(["ok"])[0].ids, dtype=np.int32)]
         self.probe = lambda: self.forwards.probe(probe)
         # Warm-up runs every shape bucket and measures a forward's fixed cost for the planner.
-        self.calibration = self._warmup() if s.warmup else None
+        with forward_pools():
+            self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
         self.tally = Tally()
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward

@@ -3,9 +3,11 @@ manifest and its weight check, `auto`, and clear errors for what cannot run here
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from service.batching import round_up
 from service.export import FUSED, calibration_rows, export_onnx
 from service.int8 import channel_maxima, int8_nodes, smooth
 from service.model import ModelLoadError, SentimentModel
+from service.modelcore import ModelCore
 from service.settings import Settings
 from tests.measured import record_speeds
 from tests.tiny_bert import SAMPLE_TEXT
@@ -350,6 +353,30 @@ def test_missing_export_says_how_to_make_it(tiny_model_dir: Path) -> None:
 def test_tensorrt_without_its_provider_fails_clearly(exported_dir: Path) -> None:
     with pytest.raises(ModelLoadError, match="no TensorrtExecutionProvider"):
         SentimentModel.load(exported_dir, device="cpu", backend="tensorrt")
+
+
+def _thread_names() -> dict[str, str]:
+    """This process's threads: OS thread id -> OS thread name."""
+    names = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # ended meanwhile
+            names[task.name] = (task / "comm").read_text().strip()
+    return names
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="thread names need Linux")
+def test_intra_op_threads_are_named_as_forward_threads(exported_dir: Path) -> None:
+    """ONNX Runtime's intra-op threads compute part of every forward: a model core loads its
+    sessions so that they carry the forward threads' name, and /proc counts their CPU as
+    forward work (loadtest.cpu), not as the replica's own. The loading thread keeps its name."""
+    mine = str(threading.get_native_id())
+    before = _thread_names()
+    settings = {"model_path": str(exported_dir), "backend": "onnx", "device": "cpu"}
+    core = ModelCore({**settings, "torch_threads": 2, "parallel_forwards": 1, "warmup": False})
+    assert core.model.backend_name == "onnx"
+    started = [name for tid, name in _thread_names().items() if tid not in before]
+    assert "forward" in started, started  # two intra-op threads: the caller and one more
+    assert _thread_names()[mine] == before[mine]
 
 
 def test_onnx_refuses_a_dtype_it_does_not_run(exported_dir: Path) -> None:
