@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
+from service.asciipath import AsciiPath
 from service.encoding import Packed, fast_tokenizer, pack, sequence_limit
 
 Probs = npt.NDArray[np.float32]
@@ -98,6 +99,7 @@ class WindowEncoder:
         tokenizer.no_padding()
         tokenizer.no_truncation()  # the whole text: the last window needs its end
         self.tokenizer = tokenizer
+        self.ascii = AsciiPath.of(tokenizer)  # the same ids for most reviews, for less CPU
         self.max_length = max_length
         self.max_windows = max_windows
         # Where the tokenizer puts its special tokens around a single text, e.g. 1 before and
@@ -125,7 +127,8 @@ class WindowEncoder:
         truncated: list[bool] = []
         # encode_batch_fast skips the character offsets nothing here reads: the same ids for
         # 17% less CPU per short text (118 against 147 us, one text a call, on 2 slow cores).
-        for encoding in self.tokenizer.encode_batch_fast(texts):
+        encodings = self.ascii and self.ascii.encode(texts)
+        for encoding in encodings or self.tokenizer.encode_batch_fast(texts):
             ids = encoding.ids
             if len(ids) <= self.max_length:
                 rows.append(ids)
