@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ray import serve
+from ray.serve import Deployment
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -28,9 +29,22 @@ class Floor:
         return Response(ANSWER, media_type="application/json")
 
 
-def deploy(base_url: str) -> str:
+def logging_config(access_log: bool) -> dict[str, bool]:
+    """A floor deployment's logging as the service's (`Settings.access_log`): Ray's access
+    log line per request costs CPU on every request, so the floor pays it only when the
+    service does."""
+    return {"enable_access_log": access_log}
+
+
+def floor_deployment(access_log: bool) -> Deployment:
+    """The floor, logging as the service does (`access_log`)."""
+    deployment: Deployment = Floor.options(logging_config=logging_config(access_log))  # type: ignore[attr-defined]
+    return deployment
+
+
+def deploy(base_url: str, access_log: bool) -> str:
     """Run the floor application next to whatever is deployed; its URL."""
-    serve.run(Floor.bind(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")  # type: ignore[attr-defined]
+    serve.run(floor_deployment(access_log).bind(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
     return f"{base_url}/{FLOOR_APP}"
 
 

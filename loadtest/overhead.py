@@ -222,12 +222,12 @@ def run(
         readyz = serving.readyz_url(url)
         served = _served_backend(readyz)
         rows = asyncio.run(measure(url, payloads, plan, readyz=readyz))
-        floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX))
+        floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX), settings.access_log)
         floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
         floor.remove()
         two_tier: dict[str, Any] = {}
         if settings.layout == "two-tier":  # before any handle is called outside an event loop
-            two_tier = _call_sizes(encoder, plan, texts, readyz)
+            two_tier = _call_sizes(encoder, plan, texts, readyz, settings.access_log)
         hop = hops.measure(url, serving.SERVICE_APP, encoder, plan.hop_calls)
     for row, under in zip(rows, floor_rows, strict=True):
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
@@ -275,16 +275,17 @@ def _two_tier(
         levels = asyncio.run(
             measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
         )
-        return {"two_tier_levels": levels, **_call_sizes(encoder, plan, texts, readyz)}
+        calls = _call_sizes(encoder, plan, texts, readyz, two_tier.access_log)
+        return {"two_tier_levels": levels, **calls}
 
 
 def _call_sizes(
-    encoder: TextEncoder, plan: OverheadPlan, texts: list[str], readyz: str
+    encoder: TextEncoder, plan: OverheadPlan, texts: list[str], readyz: str, access_log: bool
 ) -> dict[str, Any]:
     """The running two-tier service's model replica (`local_service` runs both tiers as one
-    application), called directly by call size."""
+    application), called directly by call size; Ray's floor logs as the service (`access_log`)."""
     app = serving.SERVICE_APP
-    callsize.deploy_floor()
+    callsize.deploy_floor(access_log)
     try:
         rows = asyncio.run(
             # A quarter of a level's time per size and target: 20 s in all at full length,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest import callsize, cpu, tally
+from loadtest import callsize, cpu, floor, tally
+from service.deployment import ingress_deployment, model_deployment
+from service.settings import Settings
 
 
 def _used(model_s: float, forward_thread_s: float) -> cpu.Usage:
@@ -58,3 +60,15 @@ def test_no_call_size_meets_a_target_below_the_cost_of_a_text() -> None:
 
 def test_one_size_fits_no_line() -> None:
     assert callsize.fitted([_sized(32, 3.0)], 0.1)["per_call_ms"] is None
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_the_floors_log_as_the_service_does(access_log: bool) -> None:
+    """Ray's access log line costs CPU on every request: a floor that paid it where the
+    service does not would make the service's own addition look smaller."""
+    settings = Settings.model_validate({"model_path": "models/default", "access_log": access_log})
+    service = ingress_deployment(settings).logging_config
+    assert service is not None and service["enable_access_log"] is access_log
+    assert model_deployment(settings).logging_config == service
+    assert floor.floor_deployment(access_log).logging_config == service
+    assert callsize.floor_deployment(access_log).logging_config == service
