@@ -26,6 +26,7 @@ from ray.serve import Deployment
 
 from loadtest import cpu, tally
 from loadtest.floor import logging_config
+from loadtest.serving import as_replicas_call
 from service.calibration import fit
 from service.encoding import Packed, Scored, TextEncoder
 
@@ -97,8 +98,11 @@ async def measure(
     """Each size: a warm-up, then `IN_FLIGHT` loops of calls for `seconds`, bracketed by /proc
     snapshots and the model core's own counts; then the same calls to Ray's floor (running:
     `deploy_floor`)."""
-    model = serve.get_deployment_handle(MODEL_GROUP, app_name=app_name)
-    floor = serve.get_deployment_handle(FLOOR_GROUP, app_name=FLOOR_APP)
+    model = as_replicas_call(serve.get_deployment_handle(MODEL_GROUP, app_name=app_name))
+    floor = as_replicas_call(serve.get_deployment_handle(FLOOR_GROUP, app_name=FLOOR_APP))
+    probe = model.info.remote()  # the transport these calls take, as the ingress's do
+    transport = "actor calls" if probe.by_reference else "gRPC"
+    await probe
     rows = []
     for size in sizes:
         pool = texts * -(-size // len(texts))  # every call full, of different texts
@@ -114,6 +118,7 @@ async def measure(
         done, _, used = await _measured(floor, calls, seconds)
         spent = used.by_group.get(FLOOR_GROUP, 0.0)
         row["ray_floor_cpu_ms_per_call"] = round(spent * 1000 / done, 3) if done else None
+        row["transport"] = transport
         rows.append(row)
     return rows
 
@@ -168,10 +173,11 @@ async def _drive(model: Any, calls: list[Packed], seconds: float) -> int:
 
 def report_lines(rows: list[dict[str, Any]], line: dict[str, Any], target: float) -> list[str]:
     """A table of the call sizes and the fitted line."""
+    via = rows[0].get("transport", "") if rows else ""
     lines = [
-        f"The model replica called directly through a handle, {IN_FLIGHT} calls out at a time "
-        "(its own CPU, forwards excluded), and a deployment that takes the same arrays and "
-        "answers zeros (Ray's floor of a call):",
+        f"The model replica called directly through a handle ({via}), {IN_FLIGHT} calls out at "
+        "a time (its own CPU, forwards excluded), and a deployment that takes the same arrays "
+        "and answers zeros (Ray's floor of a call):",
         "",
         "| texts per call | calls/s | own CPU ms per call | own CPU ms per text "
         "| texts per forward | Ray's floor, ms per call |",

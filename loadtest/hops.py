@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from loadtest.serving import as_replicas_call
 from loadtest.timing import median_ms
 from service.encoding import TextEncoder
 
@@ -56,7 +57,7 @@ def measure(classify_url: str, app_name: str, encoder: TextEncoder, count: int) 
     """Median milliseconds of each hop, `count` calls each, one at a time."""
     serve.run(Echo.bind(), name=ECHO_APP, route_prefix=f"/{ECHO_APP}")  # type: ignore[attr-defined]
     try:
-        echo = serve.get_deployment_handle("Echo", app_name=ECHO_APP)
+        echo = as_replicas_call(serve.get_deployment_handle("Echo", app_name=ECHO_APP))
         text = "the battery lasts two days and the screen is bright"
         packed, _ = encoder.encode([text])
         budget = np.array([10.0], dtype=np.float32)
@@ -71,7 +72,9 @@ def measure(classify_url: str, app_name: str, encoder: TextEncoder, count: int) 
             "handle_call_infer_one_text_ms": None,
         }
         if "SentimentModel" in serve.status().applications[app_name].deployments:
-            model = serve.get_deployment_handle("SentimentModel", app_name=app_name)
+            model = as_replicas_call(
+                serve.get_deployment_handle("SentimentModel", app_name=app_name)
+            )
             hops["handle_call_to_model_info_ms"] = _median_ms(
                 lambda: model.info.remote().result(), count
             )

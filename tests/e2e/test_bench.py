@@ -112,6 +112,7 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
     assert [r["texts_per_call"] for r in calls["sizes"]] == [1, 8, 32, 128]
     for r in calls["sizes"]:
         assert r["calls"] > 0 and r["own_cpu_ms_per_call"] > 0, r
+        assert r["transport"] == "gRPC", r  # as the ingress replicas call it behind HAProxy
     assert calls["fit"]["per_call_ms"] is not None
     assert "called directly through a handle" in table
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
