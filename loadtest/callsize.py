@@ -29,6 +29,7 @@ from loadtest.floor import logging_config
 from loadtest.serving import as_replicas_call
 from service.calibration import fit
 from service.encoding import Packed, Scored, TextEncoder
+from service.failover import call_transport
 
 SIZES = (1, 8, 32, 128)
 IN_FLIGHT = 2  # calls out at a time, as with two ingress replicas, each with one out
@@ -101,7 +102,7 @@ async def measure(
     model = as_replicas_call(serve.get_deployment_handle(MODEL_GROUP, app_name=app_name))
     floor = as_replicas_call(serve.get_deployment_handle(FLOOR_GROUP, app_name=FLOOR_APP))
     probe = model.info.remote()  # the transport these calls take, as the ingress's do
-    transport = "actor calls" if probe.by_reference else "gRPC"
+    transport = call_transport(probe)
     await probe
     rows = []
     for size in sizes:

@@ -220,7 +220,7 @@ def run(
     encoder = TextEncoder.load(tiny, settings.max_seq_len)
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
-        served = _served_backend(readyz)
+        ready = _ready(readyz)
         rows = asyncio.run(measure(url, payloads, plan, readyz=readyz))
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX), settings.access_log)
         floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
@@ -245,7 +245,8 @@ def run(
         "plan": asdict(plan),
         "torch_threads": TORCH_THREADS,
         "backend": backend,
-        "served_backend": served,  # as the service's /readyz reports it
+        "served_backend": ready.get("backend"),  # as the service's /readyz reports it
+        "model_calls": ready.get("model_calls"),  # how its ingress reaches the model
         "ingress": ingress,
         "ingress_replicas": ingress_replicas,
         "forward_limit_texts_per_s": round(limit, 1),
@@ -271,12 +272,12 @@ def _two_tier(
     two_tier = settings.model_copy(update={"layout": "two-tier"})
     with serving.local_service(two_tier, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
-        _served_backend(readyz)
+        model_calls = _ready(readyz).get("model_calls")  # the ingress's transport to the model
         levels = asyncio.run(
             measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
         )
         calls = _call_sizes(encoder, plan, texts, readyz, two_tier.access_log)
-        return {"two_tier_levels": levels, **calls}
+        return {"two_tier_levels": levels, "two_tier_model_calls": model_calls, **calls}
 
 
 def _call_sizes(
@@ -305,14 +306,14 @@ def _call_sizes(
     return {"two_tier_calls": {"in_flight": callsize.IN_FLIGHT, "sizes": rows, "fit": line}}
 
 
-def _served_backend(readyz: str, wait_s: float = 30.0) -> str | None:
-    """The backend the running service reports, once it is ready (None if it never is)."""
+def _ready(readyz: str, wait_s: float = 30.0) -> dict[str, Any]:
+    """The running service's /readyz answer, once it is ready (empty if it never is)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(readyz, timeout=5) as response:
-                backend: str = json.loads(response.read())["backend"]
-                return backend
+                ready: dict[str, Any] = json.loads(response.read())
+                return ready
         except OSError:
             time.sleep(0.5)
-    return None
+    return {}

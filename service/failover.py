@@ -136,3 +136,9 @@ def taken_by_replica(response: object) -> bool:
     if future is None or not future.done() or future.cancelled():
         return False
     return future.exception() is None
+
+
+def call_transport(response: object) -> str:
+    """How a handle call (a `DeploymentResponse`) travels: "gRPC", or "actor calls" (Ray's
+    default outside its throughput-optimized mode, and what anything else is taken for)."""
+    return "actor calls" if getattr(response, "by_reference", True) else "gRPC"

@@ -36,7 +36,7 @@ from service.errors import (
     ShuttingDown,
     error_response,
 )
-from service.failover import Failover, taken_by_replica
+from service.failover import Failover, call_transport, taken_by_replica
 from service.http import (
     ERROR_RESPONSES,
     Answer,
@@ -81,6 +81,10 @@ class SentimentIngress:
             os.environ.update(tokenizer_threads_env(s.tokenizer_parallel))
             if isinstance(model, str):
                 model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
+            else:  # a bound handle calls as the process that built the app did: maybe
+                # as Ray actor calls; one made here calls as this replica does (gRPC in Ray's
+                # throughput-optimized mode, cheaper for the model replica: README "Layouts").
+                model = serve.get_deployment_handle(model.deployment_name, app_name=model.app_name)
         self.model: Any = self.local or model
         self.name = s.model_name or s.model_path.name
         self.labels = labels_of(s.model_path)
@@ -257,7 +261,10 @@ class SentimentIngress:
             self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
 
     async def _model_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = await self.model.info.remote()
+        call = self.model.info.remote()
+        info: dict[str, Any] = await call
+        # How this ingress reaches the model, for /readyz.
+        info["model_calls"] = "in process" if self.local else call_transport(call)
         return info
 
     async def _wait_for_model(self) -> None:
