@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from ray import serve
-from ray.serve import Deployment
 
 from loadtest import cpu, tally
-from loadtest.floor import logging_config
+from loadtest.floor import logged_as_service
 from loadtest.serving import as_replicas_call
 from service.calibration import fit
 from service.encoding import Packed, Scored, TextEncoder
@@ -137,15 +136,9 @@ async def _measured(
     return done, elapsed, cpu.usage(before, cpu.snapshot(me))
 
 
-def floor_deployment(access_log: bool) -> Deployment:
-    """Ray's floor of a model call (EmptyInfer), logging as the service does (`access_log`)."""
-    deployment: Deployment = EmptyInfer.options(logging_config=logging_config(access_log))  # type: ignore[attr-defined]
-    return deployment
-
-
 def deploy_floor(access_log: bool) -> None:
     """Run Ray's floor of a model call beside the service, before `measure`."""
-    serve.run(floor_deployment(access_log).bind(), name=FLOOR_APP, route_prefix=None)
+    serve.run(logged_as_service(EmptyInfer, access_log).bind(), name=FLOOR_APP, route_prefix=None)
 
 
 def remove_floor() -> None:

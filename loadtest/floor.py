@@ -29,22 +29,19 @@ class Floor:
         return Response(ANSWER, media_type="application/json")
 
 
-def logging_config(access_log: bool) -> dict[str, bool]:
-    """A floor deployment's logging as the service's (`Settings.access_log`): Ray's access
-    log line per request costs CPU on every request, so the floor pays it only when the
+def logged_as_service(deployment: Any, access_log: bool) -> Deployment:
+    """A floor `deployment` logging as the service does (`Settings.access_log`): Ray's access
+    log line per request costs CPU on every request, so a floor pays it only when the
     service does."""
-    return {"enable_access_log": access_log}
-
-
-def floor_deployment(access_log: bool) -> Deployment:
-    """The floor, logging as the service does (`access_log`)."""
-    deployment: Deployment = Floor.options(logging_config=logging_config(access_log))  # type: ignore[attr-defined]
-    return deployment
+    logged: Deployment = deployment.options(logging_config={"enable_access_log": access_log})
+    return logged
 
 
 def deploy(base_url: str, access_log: bool) -> str:
     """Run the floor application next to whatever is deployed; its URL."""
-    serve.run(floor_deployment(access_log).bind(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
+    serve.run(
+        logged_as_service(Floor, access_log).bind(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}"
+    )
     return f"{base_url}/{FLOOR_APP}"
 
 

@@ -70,5 +70,5 @@ def test_the_floors_log_as_the_service_does(access_log: bool) -> None:
     service = ingress_deployment(settings).logging_config
     assert service is not None and service["enable_access_log"] is access_log
     assert model_deployment(settings).logging_config == service
-    assert floor.floor_deployment(access_log).logging_config == service
-    assert callsize.floor_deployment(access_log).logging_config == service
+    assert floor.logged_as_service(floor.Floor, access_log).logging_config == service
+    assert floor.logged_as_service(callsize.EmptyInfer, access_log).logging_config == service
