@@ -7,8 +7,7 @@ holding many times the work the bound was sized for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from service.errors import Overloaded, PayloadTooLarge
 
@@ -37,22 +36,31 @@ class Admission:
                 self.retry_after_s,
             )
 
-    @contextmanager
-    def hold(self, rows: int) -> Iterator[Callable[[int], None]]:
-        """Admit `rows` (or raise as `check` does) until the block ends. The block gets a
-        function that changes the count once the request's real row count is known (a text is
-        one row until tokenized), checked the same way."""
-        self.check(rows)
-        held = rows
-        self.pending += rows
+    def hold(self, rows: int) -> Hold:
+        """Admit `rows` (or raise as `check` does) until the `with` block ends. The block gets
+        a function that changes the count once the request's real row count is known (a text
+        is one row until tokenized), checked the same way."""
+        return Hold(self, rows)
 
-        def resize(total: int) -> None:
-            nonlocal held
-            self.check(total, held)
-            self.pending += total - held
-            held = total
 
-        try:
-            yield resize
-        finally:
-            self.pending -= held
+class Hold:
+    """Rows one request holds in an `Admission` (a class, not a generator: it is entered on
+    every request, and contextlib's generator machinery costs several times as much)."""
+
+    def __init__(self, admission: Admission, rows: int) -> None:
+        self.admission = admission
+        self.held = rows
+
+    def __enter__(self) -> Callable[[int], None]:
+        self.admission.check(self.held)
+        self.admission.pending += self.held
+        return self.resize
+
+    def __exit__(self, *_: object) -> None:
+        self.admission.pending -= self.held
+
+    def resize(self, total: int) -> None:
+        """Hold `total` rows instead (429 or 413, as `check`, when they do not fit)."""
+        self.admission.check(total, self.held)
+        self.admission.pending += total - self.held
+        self.held = total

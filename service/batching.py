@@ -56,6 +56,8 @@ def plan_micro_batches(
     more than a forward's overhead. Every index appears exactly once; an item longer than the
     budget gets a forward of its own.
     """
+    if len(lengths) == 1:  # the one plan there is (a lone request, every time at one client)
+        return [[0]]
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     widths = [round_up(lengths[i], multiple) for i in order]
     plans = [_fill(widths, budget), _by_runs(widths, budget, overhead)]

@@ -116,9 +116,11 @@ class Forwards:
         self._lock = threading.Lock()
         self._computing = 0  # forwards started on the threads and not yet back
 
-    async def run(self, rows: Rows) -> Computed:
-        """One forward on the next free forward thread (queued, in order, while none is)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows)
+    def run(self, rows: Rows) -> asyncio.Future[Computed]:
+        """One forward on the next free forward thread (queued, in order, while none is). The
+        executor's future itself, not a task around it: a task would cost the lone request a
+        turn of the event loop before its forward is even queued."""
+        return asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows)
 
     def _start(self, rows: Rows) -> Computed:
         # Chosen as it starts, not as it is queued: alone on every thread, beside another

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope
 from service.admission import Admission
 from service.auth import ApiKeys
 from service.chunking import WindowEncoder
-from service.coalescer import Coalescer, Reply
+from service.coalescer import Coalescer, ModelCall, Reply
 from service.colocated import LocalModel
 from service.drain import DrainWatch
 from service.encoding import Packed, Scored, labels_of, tokenizer_threads_env
@@ -93,17 +93,22 @@ class SentimentIngress:
         self.metrics = IngressMetrics()
         # A model replica that dies fails the calls it held (RayActorError: ActorDiedError, or
         # ActorUnavailableError over gRPC); each is sent once more, or refused with 503 while
-        # no replica answers (service.failover).
-        call = Failover(
-            self._call_model,
-            self._model_info,
-            (RayActorError,),
-            probe_s=s.model_probe_s,
-            retry_after_s=s.retry_after_s,
-            is_up=lambda: self.model_ready,
-            taken=taken_by_replica,
-            on_resend=self._count_resend,
-            on_down=self._model_lost,
+        # no replica answers (service.failover). A model core in this process dies with it:
+        # its calls need no failover, and skip the task and timer that it costs each call.
+        call: ModelCall = (
+            self.local.core.infer
+            if self.local
+            else Failover(
+                self._call_model,
+                self._model_info,
+                (RayActorError,),
+                probe_s=s.model_probe_s,
+                retry_after_s=s.retry_after_s,
+                is_up=lambda: self.model_ready,
+                taken=taken_by_replica,
+                on_resend=self._count_resend,
+                on_down=self._model_lost,
+            )
         )
         windows = s.max_windows if s.long_texts == "chunk" else 1
         self.encoder = WindowEncoder.load(s.model_path, s.max_seq_len, windows, s.window_overlap)

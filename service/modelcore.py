@@ -224,7 +224,7 @@ class ModelCore:
         # Forwards too long for the loop all go to the forward threads at once, in plan order:
         # a free thread takes the next, so a large batch's forwards compute side by side
         # rather than one after another while the other thread serves small batches.
-        threaded: dict[asyncio.Task[Computed], tuple[npt.NDArray[np.intp], list[int]]] = {}
+        threaded: dict[asyncio.Future[Computed], tuple[npt.NDArray[np.intp], list[int]]] = {}
         try:
             for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
                 texts = live[group]
@@ -234,7 +234,7 @@ class ModelCore:
                 ]
                 group_lengths = lengths[texts].tolist()
                 if not self._runs_inline(padded_cost(group_lengths)):
-                    threaded[asyncio.ensure_future(self.forwards.run(rows))] = texts, group_lengths
+                    threaded[self.forwards.run(rows)] = texts, group_lengths
                     continue
                 cpu0 = time.thread_time()
                 result = self.forwards.alone(rows)
