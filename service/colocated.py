@@ -2,7 +2,8 @@
 
 On a small CPU-only machine the two-tier layout pays a Ray handle call (serialisation, an RPC
 and two event-loop hops) per coalesced call, and a second Python process competes for the same
-few cores. Here the ingress calls the model core directly, the way it would call a handle, so
+few cores. Here the ingress sends its coalesced calls to the model core's `infer` directly
+(there is no replica to fail over to) and asks its `info` the way it would ask a handle, so
 everything else (admission, coalescing, batching, forwards, health, metrics) is the same code.
 `SENTIMENT_LAYOUT` chooses; README "Layouts" has the measurements behind the default.
 """
@@ -24,14 +25,14 @@ class _Method:
 
 
 class LocalModel:
-    """A model core that the ingress calls like a deployment handle."""
+    """A model core in the ingress's own process: its `info` is asked like a handle's, its
+    `core.infer` called directly."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         # Imported here: the two-tier ingress must not load torch (tests/unit/test_imports.py).
         from service.modelcore import ModelCore
 
         self.core = ModelCore(settings)
-        self.infer = _Method(self.core.infer)
         self.info = _Method(self.core.info)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
