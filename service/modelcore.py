@@ -242,15 +242,15 @@ class ModelCore:
                 if finished := computed(texts, group_lengths, result, "event_loop"):
                     yield answers(finished)
                 await asyncio.sleep(0)  # let the loop read new requests and send answers
-            order, pending = {task: i for i, task in enumerate(threaded)}, set(threaded)
+            order, pending = {forward: i for i, forward in enumerate(threaded)}, set(threaded)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=order.__getitem__):
-                    if finished := computed(*threaded[task], task.result(), "thread"):
+                for forward in sorted(done, key=order.__getitem__):
+                    if finished := computed(*threaded[forward], forward.result(), "thread"):
                         yield answers(finished)
         finally:  # the batch failed or was abandoned: its queued forwards need not run
-            for task in threaded:
-                task.cancel()
+            for forward in threaded:
+                forward.cancel()
 
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.
