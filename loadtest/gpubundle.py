@@ -124,20 +124,21 @@ def _add_tokenizer(out: Path) -> str:
     return f"tokenizer from {ENCODER.pin}"
 
 
-def build(out: Path) -> dict[str, Any]:
-    """Install, prune and pack; return the manifest (also written to `out`)."""
+def build(out: Path, python: str = PYTHON_VERSION) -> dict[str, Any]:
+    """Install, prune and pack for Python `python` (X.Y); return the manifest (also written to
+    `out`). Another version than the GPU machine's is for rehearsing its run here."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        cmd += ["--target", str(site), "--python-version", PYTHON_VERSION]
+        cmd += ["--target", str(site), "--python-version", python]
         cmd += ["--implementation", "cp", "--only-binary=:all:"]
         cmd += [arg for p in PLATFORMS for arg in ("--platform", p)]
         print("pip install --target ... " + " ".join(_pins()), flush=True)
         subprocess.run([*cmd, *_pins()], check=True)
         dists = _dist_files(site)
         _prune(site)
-        manifest: dict[str, Any] = {"python": PYTHON_VERSION, "pinned": list(PINNED), "dists": {}}
+        manifest: dict[str, Any] = {"python": python, "pinned": list(PINNED), "dists": {}}
         with tarfile.open(out / "site.tar.xz", "w:xz", preset=6) as tar:
             for name, dist in sorted(dists.items()):
                 if name in MACHINE_HAS or name in UNUSED:
@@ -194,12 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("build", "unpack"))
     parser.add_argument("--bundle", type=Path, default=Path(".gpu-bundle"))
     parser.add_argument("--dest", type=Path, default=Path(tempfile.gettempdir()) / "gpu-bundle")
+    parser.add_argument(
+        "--python-version",
+        default=PYTHON_VERSION,
+        help="build: the Python (X.Y) to pack for; another than the GPU machine's rehearses "
+        "its run here (README, GPU sizing run)",
+    )
     args = parser.parse_args(argv)
     if args.command == "unpack":
         site, chosen = unpack(args.bundle, args.dest)
         print(f"{site} ({len(chosen)} distributions from the bundle)")
         return 0
-    manifest = build(args.bundle)
+    manifest = build(args.bundle, args.python_version)
     size = (args.bundle / "site.tar.xz").stat().st_size
     print(f"{args.bundle}/site.tar.xz: {size / 2**20:.1f} MiB, {len(manifest['dists'])} "
           f"distributions; {manifest['tokenizer']}")  # fmt: skip

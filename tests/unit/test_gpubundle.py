@@ -1,0 +1,57 @@
+"""The GPU bundle's unpacking: only what the machine lacks or has older, plus the pins."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtest.gpubundle import choose, unpack
+
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _bundle(root: Path, dists: dict[str, str], pinned: list[str], python: str = HERE) -> Path:
+    """A bundle of one file per distribution (`name` -> version), as `build` writes it."""
+    bundle, site = root / "bundle", root / "site"
+    bundle.mkdir()
+    manifest: dict[str, Any] = {"python": python, "pinned": pinned, "dists": {}}
+    with tarfile.open(bundle / "site.tar.xz", "w:xz") as tar:
+        for name, version in dists.items():
+            file = site / name / "__init__.py"
+            file.parent.mkdir(parents=True)
+            file.write_text(f"VERSION = {version!r}\n")
+            tar.add(file, arcname=f"{name}/__init__.py")
+            manifest["dists"][name] = {"version": version, "files": [f"{name}/__init__.py"]}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
+def test_taken_are_the_missing_the_newer_and_the_pinned(tmp_path: Path) -> None:
+    older = "0.0.1"  # than this environment's own pytest, numpy and pluggy
+    dists = {"zz-not-here": "1.0", "pytest": "9999.0", "numpy": older, "pluggy": older}
+    bundle = _bundle(tmp_path, dists, pinned=["pluggy"])
+    chosen = choose(json.loads((bundle / "manifest.json").read_text()))
+    assert chosen == {
+        "zz-not-here": "missing here",
+        "pytest": f"newer than {metadata.version('pytest')}",
+        "pluggy": f"pinned (here {metadata.version('pluggy')})",
+    }  # numpy: the machine's own is newer
+    site, again = unpack(bundle, tmp_path / "dest")
+    assert again == chosen
+    assert sorted(p.name for p in site.iterdir() if p.is_dir()) == sorted(chosen)
+    assert (site / "pytest" / "__init__.py").read_text() == "VERSION = '9999.0'\n"
+    (site / "pluggy" / "__init__.py").unlink()  # extracted once per bundle and machine
+    assert unpack(bundle, tmp_path / "dest")[0] == site
+    assert not (site / "pluggy" / "__init__.py").exists()
+
+
+def test_a_bundle_for_another_python_is_refused(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, {"zz-not-here": "1.0"}, pinned=[], python="2.7")
+    with pytest.raises(RuntimeError, match=r"the bundle is for Python 2\.7"):
+        unpack(bundle, tmp_path / "dest")
