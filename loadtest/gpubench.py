@@ -14,7 +14,8 @@ figures:
             probe`: training peak memory and speed per batch x length, AMP and checkpointing
             off/on, and the largest batch per length that fits 40 GiB
 Everything lands in --out: each part's JSON and log, summary.json and summary.md.
-`--cpu-smoke` runs the same path on the CPU with a tiny model and tiny durations.
+`--cpu-smoke` runs the same path on the CPU with a tiny model and tiny durations; with
+`--rehearse` too, through the bundle and HAProxy as a GPU machine does (README, GPU sizing run).
 This process uses the standard library only; the parts import the rest.
 """
 
@@ -97,9 +98,10 @@ def _tokenizer_source(bundle: Path) -> str:
 def _bench_cmd(run: Run, py: str) -> list[str]:
     cmd = [py, "-m", "loadtest.bench", "--out", str(run.out / "bench"), "--device", run.device]
     if run.smoke:
-        # Ray's own proxy: HAProxy binds fixed stats ports that a shared CI machine may hold.
+        # Ray's own proxy in tests: HAProxy binds fixed stats ports that a shared CI machine
+        # may hold.
         cmd += ["--quick", "--model-path", str(run.work / "tiny"), "--dtype", "float32"]
-        cmd += ["--ingress", "proxy"]
+        cmd += ["--ingress", "haproxy" if run.rehearse else "proxy"]
     else:
         cmd += ["--synthetic-bert-base", "--model-path", str(run.work / "tiny")]
         cmd += ["--dtype", "float16", "--ingress", "haproxy"]
@@ -132,7 +134,7 @@ def run_train_probe(run: Run, py: str, tiny: Path) -> None:
 def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False) -> None:
     """Every part in order; a failed part is recorded and the next one runs."""
     py = sys.executable
-    if (bundle / "manifest.json").is_file() and not run.smoke:
+    if (bundle / "manifest.json").is_file() and (run.rehearse or not run.smoke):
         _bundle_env(run, bundle)
     else:
         run.env["PYTHONPATH"] = os.pathsep.join(
@@ -230,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cpu-smoke", action="store_true", help="CPU, tiny model, seconds")
     parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="with --cpu-smoke: through --bundle (built for this Python) and HAProxy, as the "
+        "GPU machine runs; in a Python without Ray, FastAPI or pydantic",
+    )
+    parser.add_argument(
         "--total-s", type=float, help="limit for everything (600 s; 990 s with --train-probe)"
     )
     parser.add_argument(
@@ -255,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=began + (args.total_s or (990.0 if args.train_probe else 600.0)),
             budgets=_budgets(args.budget, args.cpu_smoke),
             bench_args=shlex.split(args.bench_args),
+            rehearse=args.rehearse,
         )
         run_all(run, args.bundle.resolve(), args.parity_pack.resolve(), args.train_probe)
     doc = summarize(run.parts, "cpu-smoke" if run.smoke else "gpu")

@@ -28,6 +28,8 @@ class Run:
     deadline: float
     budgets: dict[str, float]
     bench_args: list[str] = field(default_factory=list)  # more flags for loadtest.bench
+    # With smoke: through the bundle, HAProxy in front, as the GPU machine runs (a rehearsal).
+    rehearse: bool = False
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -29,3 +29,14 @@ def test_the_bench_refuses_an_unknown_compile_mode_before_measuring(
     with pytest.raises(SystemExit) as exit_:
         bench.main(["--torch-compile", "fastest"])
     assert exit_.value.code == 2 and "--torch-compile" in capsys.readouterr().err
+
+
+def test_the_cpu_smoke_serves_behind_ray_s_proxy_and_its_rehearsal_behind_haproxy(
+    tmp_path: Path,
+) -> None:
+    run = Run(tmp_path, tmp_path, smoke=True, deadline=time.monotonic() + 60, budgets={})
+    ingress = lambda cmd: cmd[cmd.index("--ingress") + 1]  # noqa: E731
+    assert ingress(_bench_cmd(run, sys.executable)) == "proxy"  # no fixed ports on CI
+    run.rehearse = True  # as the GPU machine runs it, on the CPU
+    cmd = _bench_cmd(run, sys.executable)
+    assert ingress(cmd) == "haproxy" and "--quick" in cmd
