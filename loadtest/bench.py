@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"by forwards at once {by_layout}"
     )
 
-    service_runs, naive_runs, half = asyncio.run(
+    service_runs, naive_runs, half, profiled = asyncio.run(
         serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
     )
     return {
@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "runs": service_runs + naive_runs,
         "half_load": half,
+        "profile": profiled,
         "overhead": _overhead(args, texts),
         "created": _now(),
     }
@@ -192,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-path", type=Path, default=Path("models/default"))
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--quick", action="store_true", help="a few seconds, for tests")
+    parser.add_argument(
+        "--profile-s",
+        type=float,
+        default=0.0,
+        help="after the service runs, py-spy on its model and ingress replicas for this long at "
+        "the top single-text level (profile-*.txt beside the report; loadtest.profile)",
+    )
     parser.add_argument("--texts", type=int, help="texts in the corpus (default by plan)")
     parser.add_argument("--corpus", help="file with one text per line (default: generated)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")

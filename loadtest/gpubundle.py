@@ -3,9 +3,10 @@
 `python -m loadtest.gpubundle build` (on a machine with the venv and a package index) installs
 the Python 3.12 manylinux wheels of ray[serve] and the service's web stack into a folder, at the
 versions this venv has; drops what the service never imports (Ray's Java jar, RLlib, Data,
-Train, Tune, source maps, caches) and what a GPU machine's Python already has (numpy, aiohttp,
-grpc, yaml); and packs the rest as `site.tar.xz` beside `manifest.json`, which lists each
-distribution's files. A real BERT tokenizer rides along in `tokenizer/`.
+Train, Tune, source maps, caches, every program but py-spy) and what a GPU machine's Python
+already has (numpy, aiohttp, grpc, yaml); and packs the rest as `site.tar.xz` beside
+`manifest.json`, which lists each distribution's files. A real BERT tokenizer rides along in
+`tokenizer/`.
 
 `unpack` (on the GPU machine, standard library only) extracts only the distributions that
 machine lacks or has in an older version, plus the pinned ones, into one folder for PYTHONPATH.
@@ -51,8 +52,11 @@ MACHINE_HAS = frozenset(
 UNUSED = frozenset(
     {"cryptography", "cffi", "pycparser", "google-auth", "google-api-core", "pyasn1",
      "pyasn1-modules", "proto-plus", "virtualenv", "distlib", "platformdirs", "python-discovery",
-     "py-spy", "smart-open", "wrapt", "tzdata", "mmh3"}
+     "smart-open", "wrapt", "tzdata", "mmh3"}
 )  # fmt: skip
+# Programs kept from the install's bin/ (the rest are entry points the bundle never runs):
+# py-spy, which ray[serve] brings, profiles the bench's replicas (loadtest.profile).
+PROGRAMS = ("py-spy",)
 RAY_UNUSED = ("jars", "rllib", "data", "train", "tune", "llm")
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -83,6 +87,9 @@ def _dist_files(site: Path) -> dict[str, dict[str, Any]]:
         with (info / "RECORD").open(newline="") as f:
             paths = [row[0] for row in csv.reader(f) if row]
         files = [p for p in paths if not p.startswith(("..", "/", "bin/"))]
+        # pip --target moves a wheel's scripts to site/bin; RECORD names them from elsewhere.
+        programs = (Path(p).name for p in paths if p.startswith("..") and "/bin/" in p)
+        files += [f"bin/{name}" for name in programs if name in PROGRAMS]
         dists[_norm(name.group(1))] = {"version": version.group(1).strip(), "files": files}
     return dists
 
@@ -90,7 +97,13 @@ def _dist_files(site: Path) -> dict[str, dict[str, Any]]:
 def _prune(site: Path) -> None:
     for sub in RAY_UNUSED:
         shutil.rmtree(site / "ray" / sub, ignore_errors=True)
-    shutil.rmtree(site / "bin", ignore_errors=True)
+    for program in (site / "bin").glob("*"):
+        if program.name in PROGRAMS:
+            continue
+        if program.is_dir():
+            shutil.rmtree(program)
+        else:
+            program.unlink()
     for path in list(site.rglob("__pycache__")) + list(site.rglob("*.map")):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

@@ -46,7 +46,12 @@ def bench_figures(bench: dict[str, Any]) -> dict[str, Any]:
         "limit_gpu_peak_bytes": bench.get("limit", {}).get("gpu_peak_bytes"),
         "service_gpu_peak_bytes": bench.get("half_load", {}).get("gpu_peak_bytes"),
         "half_load_p99_ms": bench.get("half_load", {}).get("p99_ms"),
-        "cpu": _cpu_figures({k: v for k, v in bench.items() if k != "hardware"}),
+        "cpu": _cpu_figures({k: v for k, v in bench.items() if k not in ("hardware", "profile")}),
+        # Each profiled replica's top functions by own share of samples (loadtest.profile).
+        "profile": {
+            role: found.get("own", [])[:5] or found.get("error")
+            for role, found in bench.get("profile", {}).get("replicas", {}).items()
+        },
     }
     for label, size in (("single", 1), ("multi", multi_size)):
         row = _best(runs, size)
@@ -151,6 +156,9 @@ def markdown(doc: dict[str, Any]) -> str:
                 )
             )
     rows += [(f"CPU: {k}", _fmt(v)) for k, v in bench.get("cpu", {}).items()]
+    for role, top in bench.get("profile", {}).items():
+        said = top if isinstance(top, str) else ", ".join(f"{f} {share:.0%}" for f, share in top)
+        rows.append((f"profile, {role}: top functions by own share", said.replace("|", "/")))
     for r in fig.get("convoy", []):
         rows.append(
             (

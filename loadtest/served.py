@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, serving, tally
+from loadtest import cpu, profile, serving, tally
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 
 
@@ -93,9 +93,10 @@ async def serve_and_measure(
     threads: int,
     budget: int,
     on_gpu: bool,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """The service and the naive app over HTTP at every level of the plan: their runs, and
-    the service's latency at half its best single-text rate."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """The service and the naive app over HTTP at every level of the plan: their runs, the
+    service's latency at half its best single-text rate, and (with `--profile-s`) where its
+    replicas' Python went at the top single-text level (loadtest.profile)."""
     ingress, replicas = args.ingress, args.ingress_replicas
     print(f"service ({replicas} ingress replicas) and naive app behind {ingress}", flush=True)
     apps = serving.local_apps(
@@ -127,7 +128,13 @@ async def serve_and_measure(
                 half = await _half_load(urls["service"], texts, service_runs, plan)
         half["ingress"] = ingress
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak
-    return service_runs, naive_runs, half
+        profiled: dict[str, Any] = {}
+        if args.profile_s > 0:  # after the measured runs: py-spy's CPU is not the server's
+            singles = bodies(texts, 1)
+            c = max(plan.singles)
+            profiled = await profile.run(urls["service"], singles, c, args.profile_s, args.out)
+            print("\n".join(profile.lines(profiled)), flush=True)
+    return service_runs, naive_runs, half, profiled
 
 
 async def _half_load(

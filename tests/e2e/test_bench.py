@@ -22,7 +22,8 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     # The overhead model on ONNX Runtime, as it runs wherever the real model does (the
     # limit and the service keep torch: this tiny model has no measured export).
     cmd = [sys.executable, "-m", "loadtest.bench", "--quick", "--model-path",
-           str(tiny_model_dir), "--out", str(out), "--overhead-backend", "onnx"]  # fmt: skip
+           str(tiny_model_dir), "--out", str(out), "--overhead-backend", "onnx",
+           "--profile-s", "2"]  # fmt: skip
     # The layout with every part (two processes, the handle hops); a small machine's default
     # would be co-located (service.settings.local_layout).
     # Forwards stay on the forward thread, so its CPU is read apart: a tiny model's would run
@@ -74,6 +75,14 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     assert f"With only {grouped['texts']} texts known at a time" in table
     assert "The limit's best run spent" in table and "| CPU vs limit |" in table
     _check_overhead(doc["overhead"], table)
+    # py-spy on each replica role under the top single-text level, after the measured runs.
+    profiled = doc["profile"]
+    assert profiled["clients"] == max(doc["plan"]["singles"]) and profiled["errors"] == 0
+    assert set(profiled["replicas"]) == {"SentimentModel", "SentimentIngress"}
+    for role, found in profiled["replicas"].items():
+        assert found.get("samples", 0) > 0, (role, found)
+        assert (out / f"profile-{role}.txt").is_file() and found["own"] and found["inclusive"]
+        assert f"  {role} ({found['samples']} samples): " in proc.stdout
     assert "overhead c=256" in proc.stdout
 
 

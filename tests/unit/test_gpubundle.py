@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loadtest.gpubundle import choose, unpack
+from loadtest.gpubundle import _dist_files, _prune, choose, unpack
 
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -55,3 +55,23 @@ def test_a_bundle_for_another_python_is_refused(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path, {"zz-not-here": "1.0"}, pinned=[], python="2.7")
     with pytest.raises(RuntimeError, match=r"the bundle is for Python 2\.7"):
         unpack(bundle, tmp_path / "dest")
+
+
+def test_the_install_s_programs_are_dropped_but_py_spy(tmp_path: Path) -> None:
+    """pip --target puts a wheel's scripts in site/bin, and its RECORD names them from the
+    folder pip installed into; only py-spy (the bench's profiler) travels."""
+    site = tmp_path / "site"
+    (site / "bin").mkdir(parents=True)
+    for name in ("py-spy", "ray"):
+        (site / "bin" / name).write_text("#!/bin/sh\n")
+    for dist, program in (("py_spy-0.4.3", "py-spy"), ("ray-2.60.0", "ray")):
+        info = site / f"{dist}.dist-info"
+        info.mkdir()
+        name, version = dist.split("-")
+        (info / "METADATA").write_text(f"Name: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text(f"../../bin/{program},,\n{dist}.dist-info/METADATA,,\n")
+    dists = _dist_files(site)
+    assert dists["py-spy"]["files"] == ["py_spy-0.4.3.dist-info/METADATA", "bin/py-spy"]
+    assert dists["ray"]["files"] == ["ray-2.60.0.dist-info/METADATA"]
+    _prune(site)
+    assert [p.name for p in (site / "bin").iterdir()] == ["py-spy"]
