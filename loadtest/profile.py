@@ -58,7 +58,7 @@ def summarize(raw: str, top: int = TOP) -> dict[str, Any]:
         n = int(count)
         total += n
         own[frames[-1]] += n
-        for frame in set(frames):
+        for frame in dict.fromkeys(frames):  # once per stack, in stack order (ties: outer first)
             anywhere[frame] += n
 
     def shares(counts: Counter[str]) -> list[list[Any]]:
