@@ -186,9 +186,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check $(PY_DIRS)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
 
-MYPY := $(VENV)/bin/mypy service training loadtest k8s/check.py k8s/checks
 typecheck: $(STAMP)
-	$(MYPY)
+	$(VENV)/bin/mypy service training loadtest k8s/check.py k8s/checks
 
 # Tests run in a private network namespace where the machine allows one (root, or user
 # namespaces): Ray's HAProxy binds its stats and metrics listeners on every interface, and in
@@ -196,10 +195,9 @@ typecheck: $(STAMP)
 ISOLATE = $(shell for u in "unshare -n" "unshare -rn"; do \
 	$$u sh -c 'ip link set lo up' 2>/dev/null && { echo "$$u sh -c 'ip link set lo up && exec \"\$$@\"' sh"; break; }; done)
 
-# The type check, then the tests without Ray, run beside the Ray tests at nice 19
-# (tests/tiers.py): the Ray tests mostly wait, and the rest fit in the cores they leave idle.
-test: lint prometheus-tools
-	$(ISOLATE) $(PY) -m tests.tiers --first "$(MYPY)"
+# The tests without Ray run beside the Ray tests, at nice 19 (tests/tiers.py).
+test: lint typecheck prometheus-tools
+	$(ISOLATE) $(PY) -m tests.tiers
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
