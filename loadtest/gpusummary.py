@@ -49,7 +49,7 @@ def bench_figures(bench: dict[str, Any]) -> dict[str, Any]:
         "cpu": _cpu_figures({k: v for k, v in bench.items() if k not in ("hardware", "profile")}),
         # Each profiled replica's top functions by own share of samples (loadtest.profile).
         "profile": {
-            role: found.get("own", [])[:5] or found.get("error")
+            role: found["error"] if "error" in found else found["own"][:5]
             for role, found in bench.get("profile", {}).get("replicas", {}).items()
         },
     }
@@ -157,7 +157,8 @@ def markdown(doc: dict[str, Any]) -> str:
             )
     rows += [(f"CPU: {k}", _fmt(v)) for k, v in bench.get("cpu", {}).items()]
     for role, top in bench.get("profile", {}).items():
-        said = top if isinstance(top, str) else ", ".join(f"{f} {share:.0%}" for f, share in top)
+        said = top if isinstance(top, str) else ", ".join(f"{f} {n:.0%}" for f, n in top)
+        said = said or "no samples"
         rows.append((f"profile, {role}: top functions by own share", said.replace("|", "/")))
     for r in fig.get("convoy", []):
         rows.append(

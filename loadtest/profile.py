@@ -64,11 +64,7 @@ def summarize(raw: str, top: int = TOP) -> dict[str, Any]:
     def shares(counts: Counter[str]) -> list[list[Any]]:
         return [[frame, round(n / total, 3)] for frame, n in counts.most_common(top)]
 
-    return {
-        "samples": total,
-        "own": shares(own) if total else [],
-        "inclusive": shares(anywhere) if total else [],
-    }
+    return {"samples": total, "own": shares(own), "inclusive": shares(anywhere)}
 
 
 async def record(pid: int, seconds: float, out: Path) -> dict[str, Any]:

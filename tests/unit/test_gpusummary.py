@@ -1,0 +1,23 @@
+"""The GPU summary's profile rows: top functions, a replica with no samples, an error."""
+
+from __future__ import annotations
+
+from loadtest.gpusummary import markdown, summarize
+
+
+def test_each_profiled_replica_gets_a_row_whatever_its_profile_holds() -> None:
+    sampled = {"pid": 1, "samples": 3, "own": [["forward (model.py)", 1.0]], "inclusive": []}
+    idle = {"pid": 2, "samples": 0, "own": [], "inclusive": []}
+    replicas = {"SentimentModel": sampled, "SentimentIngress": idle, "Other": {"error": "a | b"}}
+    parts = {"bench": {"status": "ok", "result": {"profile": {"replicas": replicas}}}}
+    doc = summarize(parts, "cpu-smoke")
+    assert doc["figures"]["bench"]["profile"] == {
+        "SentimentModel": [["forward (model.py)", 1.0]],
+        "SentimentIngress": [],
+        "Other": "a | b",
+    }
+    table = markdown(doc)
+    row = "| profile, {}: top functions by own share | {} |"
+    assert row.format("SentimentModel", "forward (model.py) 100%") in table
+    assert row.format("SentimentIngress", "no samples") in table
+    assert row.format("Other", "a / b") in table  # a pipe would split the table's cell
