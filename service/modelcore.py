@@ -33,7 +33,7 @@ from service.forwards import Forwards, forward_pools
 from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
-from service.placement import inline_limit_s, load_model, parallel_forwards
+from service.placement import inline_limit_s, intra_op_threads, load_model, parallel_forwards
 from service.retry import Computed, expired_scores
 from service.settings import BatchConfig, Settings
 
@@ -84,7 +84,7 @@ class ModelCore:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = s = Settings.model_validate(settings)
         self.metrics = ModelMetrics()
-        threads = s.torch_threads or torch.get_num_threads()
+        threads = intra_op_threads(s, torch.get_num_threads())
         self.parallel = parallel_forwards(s, threads)
         narrow = max(1, threads // self.parallel)  # each of parallel forwards' threads
         torch.set_num_threads(narrow)  # torch's pool is per process: parallel forwards share it

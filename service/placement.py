@@ -60,9 +60,21 @@ def parallel_forwards(settings: Settings, threads: int) -> int:
     return s.parallel_forwards
 
 
+def intra_op_threads(settings: Settings, default: int) -> int:
+    """The model replica's CPU intra-op threads: `torch_threads` (else `default`) on the CPU,
+    one on a GPU. A GPU forward's CPU work is one thread launching kernels and copying results;
+    a pool as wide as the machine there has no work to share and competes with the ingress
+    replicas for the cores (the H200 runs saw 3.5-7.4 cores busy in the forward process, more
+    than its one launching thread can use; docs/benchmarks.md)."""
+    if resolve_device(settings.device).type == "cuda":
+        return 1
+    return settings.torch_threads or default
+
+
 def load_model(settings: Settings, threads: int | None = None) -> SentimentModel | ForwardProcess:
     """The model, here or in a forward process, as `settings.forward_in` says; here, an ONNX
-    Runtime backend's sessions get `threads` intra-op threads (default: torch's count)."""
+    Runtime backend's sessions get `threads` intra-op threads (default: torch's count), there
+    the child's torch does (default: `torch_threads`)."""
     s = settings
     load: dict[str, Any] = {
         "path": s.model_path,
@@ -76,5 +88,5 @@ def load_model(settings: Settings, threads: int | None = None) -> SentimentModel
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
     if forwards_in_process(s):
-        return ForwardProcess(load, s.torch_threads)
+        return ForwardProcess(load, threads or s.torch_threads)
     return SentimentModel.load(**load, threads=threads)

@@ -110,7 +110,9 @@ class Settings(BaseSettings):
         ge=0,
         description="Tokens consecutive windows share; None: an eighth of max_seq_len.",
     )
-    torch_threads: int | None = Field(None, ge=1, description="Intra-op threads on CPU.")
+    torch_threads: int | None = Field(
+        None, ge=1, description="Intra-op threads on CPU (a GPU model replica uses one)."
+    )
     torch_compile: TorchCompile = Field(
         "off",
         description="torch backend only: torch.compile the model with dynamic shapes; "

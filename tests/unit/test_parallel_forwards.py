@@ -14,10 +14,11 @@ import numpy.typing as npt
 import pytest
 import torch
 
+from service import placement
 from service.encoding import OK, TextEncoder
 from service.model import SentimentModel
 from service.modelcore import ModelCore
-from service.placement import parallel_forwards
+from service.placement import intra_op_threads, parallel_forwards
 from service.settings import Settings
 from tests.tiny_bert import SAMPLE_TEXT
 
@@ -129,3 +130,18 @@ def test_parallel_forwards_in_a_forward_process_is_refused(tiny_model_dir: Path)
     asked = settings(tiny_model_dir, parallel_forwards=2, forward_in="process")
     with pytest.raises(ValueError, match="forwards in a thread on the CPU"):
         parallel_forwards(asked, threads=2)
+
+
+def test_a_gpu_replica_keeps_one_intra_op_thread(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert intra_op_threads(settings(tiny_model_dir), default=6) == 6
+    assert intra_op_threads(settings(tiny_model_dir, torch_threads=3), default=6) == 3
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    on_gpu = settings(tiny_model_dir, device="cuda", torch_threads=16)
+    assert intra_op_threads(on_gpu, default=6) == 1
+    # A forward process (a GPU's default) is started with the threads it is given.
+    started: list[int | None] = []
+    monkeypatch.setattr(placement, "ForwardProcess", lambda load, threads: started.append(threads))
+    placement.load_model(on_gpu.model_copy(update={"forward_in": "process"}), threads=1)
+    assert started == [1]
