@@ -56,6 +56,9 @@ class Sample:
     group: str
     ticks: int
     forward_ticks: int  # of its threads named `forward` (0 outside MODEL_GROUPS)
+    # (tid, name, ticks) of each thread, read in MODEL_GROUPS processes and forward processes
+    threads: tuple[tuple[int, str, int], ...] = ()
+    forward_process: bool = False  # a model replica's child that runs its forwards
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,24 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class ThreadUse:
+    """One thread's CPU seconds in a window: its name, and whether it ran in a replica or in
+    the replica's forward process."""
+
+    name: str
+    where: str  # "replica" or "forward process"
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Usage:
-    """CPU seconds spent between two snapshots, per group, and by forward threads per group."""
+    """CPU seconds spent between two snapshots, per group, and by forward threads per group;
+    `threads`: per thread of the groups whose threads are read, busiest first."""
 
     by_group: dict[str, float]
     forward_by_group: dict[str, float]
     processes: dict[str, int]
+    threads: dict[str, list[ThreadUse]] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
@@ -139,19 +154,19 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def _forward_ticks(task_dir: Path) -> int:
-    total = 0
+def _threads(task_dir: Path) -> tuple[tuple[int, str, int], ...]:
+    """(tid, name, ticks) of every thread of a process."""
     try:
         tids = list(task_dir.iterdir())
     except OSError:
-        return 0
+        return ()
+    found = []
     for tid in tids:
         raw = _read(tid / "stat")
         if raw is not None:
             stat = parse_stat(raw.decode(errors="replace"))
-            if stat.comm.startswith(FORWARD_THREAD):
-                total += stat.ticks
-    return total
+            found.append((stat.pid, stat.comm, stat.ticks))
+    return tuple(found)
 
 
 def processes(proc: Path = PROC) -> dict[int, Stat]:
@@ -184,10 +199,13 @@ def snapshot(root: int, proc: Path = PROC) -> Snapshot:
         if pid == root or (pid not in below and not orphan):
             continue
         group = "haproxy" if is_haproxy(line) else group_of(line)
-        forward = _forward_ticks(proc / str(pid) / "task") if group in MODEL_GROUPS else 0
-        if FORWARD_PROCESS in line:
+        threads = _threads(proc / str(pid) / "task") if group in MODEL_GROUPS else ()
+        forward = sum(t for _, name, t in threads if name.startswith(FORWARD_THREAD))
+        if FORWARD_PROCESS in line:  # all of its CPU is forward work, in its parent's group
             group, forward = group_of(cmdline(stat.ppid, proc)), stat.ticks
-        samples[(pid, stat.start)] = Sample(pid, group, stat.ticks, forward)
+            threads = _threads(proc / str(pid) / "task")
+        child = FORWARD_PROCESS in line
+        samples[(pid, stat.start)] = Sample(pid, group, stat.ticks, forward, threads, child)
     return Snapshot(samples)
 
 
@@ -197,6 +215,7 @@ def usage(before: Snapshot, after: Snapshot, ticks_per_s: float | None = None) -
     by_group: dict[str, float] = {}
     forward: dict[str, float] = {}
     processes: dict[str, int] = {}
+    threads: dict[str, list[ThreadUse]] = {}
     for key, end in after.samples.items():
         start = before.samples.get(key)
         ticks = end.ticks - (start.ticks if start else 0)
@@ -204,4 +223,12 @@ def usage(before: Snapshot, after: Snapshot, ticks_per_s: float | None = None) -
         by_group[end.group] = by_group.get(end.group, 0.0) + ticks / hz
         forward[end.group] = forward.get(end.group, 0.0) + fwd / hz
         processes[end.group] = processes.get(end.group, 0) + 1
-    return Usage(by_group, forward, processes)
+        if end.threads:
+            where = "forward process" if end.forward_process else "replica"
+            was = {tid: t for tid, _, t in start.threads} if start else {}
+            threads.setdefault(end.group, []).extend(
+                ThreadUse(name, where, (t - was.get(tid, 0)) / hz) for tid, name, t in end.threads
+            )
+    for found in threads.values():
+        found.sort(key=lambda t: -t.seconds)
+    return Usage(by_group, forward, processes, threads)

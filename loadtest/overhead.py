@@ -186,9 +186,18 @@ async def measure(
         used = cpu.usage(before, cpu.snapshot(me))
         row = level_row(c, result, used, tally.between(counted, tally.read(readyz)))
         rows.append(row)
+        # What the model core did and its replica's own CPU, where there are: on a GPU box
+        # this printed line may be all that comes back of a run stopped on its time limit.
+        core = ""
+        if readyz is not None:  # the service's levels, not a floor's
+            per = (row["texts_per_batch"], row["texts_per_forward"])
+            core = f"  texts per batch {per[0]} (forward {per[1]})"
+            if row["model_replica_cpu_ms_per_text"] is not None:
+                core += f"  model replica {row['model_replica_cpu_ms_per_text']} ms/text"
         print(
             f"{label} c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"
-            f"  server CPU {row['server_cpu_ms_per_request']} ms/request  errors {result.errors}",
+            f"  server CPU {row['server_cpu_ms_per_request']} ms/request  errors {result.errors}"
+            f"{core}",
             flush=True,
         )
     return rows

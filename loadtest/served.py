@@ -30,6 +30,7 @@ class Plan:
 FULL = Plan(1024, 12.0, 2.0, [1, 16, 64], [1, 4, 16], 32, [512, 1024, 2048, 4096], 20.0)
 QUICK = Plan(96, 2.0, 0.5, [1, 8], [2], 8, [1024], 2.0)
 MODEL_GROUP = "SentimentModel"
+BUSY_THREAD = 0.05  # of a core, over a measured window
 
 
 def row(target: str, per_request: int, concurrency: int, r: RunResult) -> dict[str, Any]:
@@ -82,7 +83,30 @@ def cpu_figures(used: cpu.Usage, r: RunResult) -> dict[str, Any]:
         "cpu_ms_per_text_by_group": {
             g: round(v * 1000 / texts, 3) for g, v in sorted(used.by_group.items())
         },
+        **busiest_threads(used.threads.get(MODEL_GROUP, []), seconds),
     }
+
+
+def busiest_threads(threads: list[cpu.ThreadUse], seconds: float, top: int = 5) -> dict[str, Any]:
+    """The model replica's (and its forward process's) busiest threads in cores, and how many
+    kept over BUSY_THREAD of a core: one launching thread, or a pool of them, tell apart what
+    bounds a GPU replica (the H200 runs saw 3.5-7.4 cores in its forward process)."""
+    cores = [(t, t.seconds / seconds) for t in threads]
+    return {
+        "model_replica_threads": [
+            {"thread": t.name, "in": t.where, "cores": round(c, 2)} for t, c in cores[:top]
+        ],
+        "model_replica_threads_busy": sum(1 for _, c in cores if c > BUSY_THREAD),
+    }
+
+
+def threads_line(figures: dict[str, Any]) -> str:
+    """The busiest model replica threads, as the bench prints them under a run."""
+    shown = ", ".join(
+        f"{t['thread']} ({t['in']}) {t['cores']}" for t in figures["model_replica_threads"]
+    )
+    busy = figures["model_replica_threads_busy"]
+    return f"  model replica threads, cores: {shown}; {busy} over {BUSY_THREAD} of a core"
 
 
 async def serve_and_measure(
@@ -122,6 +146,8 @@ async def serve_and_measure(
                         f" (forward thread {used['forward_thread_busy_cores']})",
                         flush=True,
                     )
+                    if target == "service" and used["model_replica_threads"]:
+                        print(threads_line(used), flush=True)
             if per_request == 1:
                 # Before the multi-text runs: the naive endpoint keeps computing requests its
                 # clients gave up on there, and that work would land in this latency run.

@@ -65,6 +65,9 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
             assert r["model_replica_busy_cores"] > 0 and r["forward_thread_busy_cores"] > 0, r
             # The model core's own counts over the run (/readyz): it batched and forwarded.
             assert r["texts_per_batch"] >= r["texts_per_forward"] >= 1, r
+            # Its busiest threads (the forward thread computes every forward here).
+            assert "forward" in {t["thread"] for t in r["model_replica_threads"]}, r
+            assert r["model_replica_threads_busy"] >= 1, r
     assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
     assert [t["goal"] for t in doc["targets"]] == [0.85, 0.9, 250.0, 3.0]
     assert doc["ingress"] == "haproxy" and doc["ingress_replicas"] >= 1
@@ -83,7 +86,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert found.get("samples", 0) > 0, (role, found)
         assert (out / f"profile-{role}.txt").is_file() and found["own"] and found["inclusive"]
         assert f"  {role} ({found['samples']} samples): " in proc.stdout
-    assert "overhead c=256" in proc.stdout
+    assert "overhead c=256" in proc.stdout and "  model replica threads, cores: " in proc.stdout
 
 
 def _check_overhead(section: dict[str, Any], table: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import cpu, serving
+from loadtest import cpu, served, serving
 
 BENCH = 100  # the bench process: the root, never counted
 
@@ -148,6 +148,40 @@ def test_a_forward_process_is_forward_work_of_its_model_replica(tmp_path: Path) 
     used = cpu.usage(cpu.Snapshot(), snap, ticks_per_s=100)
     assert used.forward_by_group["SentimentModel"] == pytest.approx(0.55)  # 30 + 25 ticks
     assert used.processes["SentimentModel"] == 2
+
+
+def test_threads_of_a_model_replica_and_its_forward_process_busiest_first(
+    tmp_path: Path,
+) -> None:
+    before_dir, after_dir = tmp_path / "a", tmp_path / "b"
+    _tree(before_dir)
+    _tree(after_dir, scale=3)
+    for proc, scale in ((before_dir, 1), (after_dir, 3)):  # a child with a pool of threads
+        pool = {111: ("forward", 50 * scale), 112: ("forward", 20 * scale), 113: ("cuda", 0)}
+        _process(proc, 111, 104, ["python", "-m", "service.forwardproc", "7"], 70 * scale, pool)
+    used = cpu.usage(cpu.snapshot(BENCH, before_dir), cpu.snapshot(BENCH, after_dir), 100)
+    threads = [(t.name, t.where, round(t.seconds, 2)) for t in used.threads["SentimentModel"]]
+    assert threads == [
+        ("forward", "forward process", 1.0),
+        ("forward", "replica", 0.6),
+        ("forward", "forward process", 0.4),
+        ("ray::ServeRepl", "replica", 0.16),
+        ("cuda", "forward process", 0.0),
+    ]
+    # Read where forwards may run only (an ingress runs them co-located).
+    assert set(used.threads) == {"SentimentModel", "SentimentIngress"}
+    figures = served.busiest_threads(used.threads["SentimentModel"], seconds=2.0, top=2)
+    assert figures == {
+        "model_replica_threads": [
+            {"thread": "forward", "in": "forward process", "cores": 0.5},
+            {"thread": "forward", "in": "replica", "cores": 0.3},
+        ],
+        "model_replica_threads_busy": 4,
+    }
+    assert served.threads_line(figures) == (
+        "  model replica threads, cores: forward (forward process) 0.5, forward (replica) 0.3;"
+        " 4 over 0.05 of a core"
+    )
 
 
 def test_a_reused_pid_is_a_new_process(tmp_path: Path) -> None:
