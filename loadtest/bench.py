@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     service_runs, naive_runs, half, profiled = asyncio.run(
         serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu)
     )
-    return {
+    doc = {
         **common,
         "model": info,
         "plan": asdict(plan),
@@ -151,9 +151,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": service_runs + naive_runs,
         "half_load": half,
         "profile": profiled,
-        "overhead": _overhead(args, texts),
-        "created": _now(),
     }
+    # Reported now too: a run stopped in the overhead section (a GPU machine's time ran out)
+    # keeps the figures above; the whole report replaces it at the end.
+    write_reports({**doc, "partial": "stopped before the overhead section"}, args.out)
+    return {**doc, "overhead": _overhead(args, texts), "created": _now()}
 
 
 def _now() -> str:

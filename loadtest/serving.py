@@ -199,11 +199,16 @@ def local_apps(
     )
     naive_cpus = 1.0
     with ray_serve(ingress, _cpus_needed(settings, ingress_replicas) + naive_cpus) as base:
-        serve.run(app_for(settings), name="bench-service", route_prefix="/service")
         naive = NaiveClassifier.options(  # type: ignore[attr-defined]
             ray_actor_options={"num_cpus": naive_cpus, "num_gpus": gpus}
         ).bind(str(model_path.resolve()), threads, device, dtype)
-        serve.run(naive, name="bench-naive", route_prefix="/naive")
+        # Deployed together: their replicas start (load, warm up) side by side, ~10 s sooner.
+        serve.run_many(
+            [
+                serve.RunTarget(app_for(settings), name="bench-service", route_prefix="/service"),
+                serve.RunTarget(naive, name="bench-naive", route_prefix="/naive"),
+            ]
+        )
         yield {"service": f"{base}{CLASSIFY_SUFFIX}", "naive": f"{base}/naive"}
 
 
