@@ -19,13 +19,15 @@ import sys
 import tempfile
 
 # No Ray, no fixed ports, nothing shared with the other tiers but the tiny model's builder.
-# The e2e training runs (torchrun, two CPU processes each) are heavy CPU work, last so that
-# the short unit tests are done by the time they compete for the cores.
+# The e2e training runs (torchrun, two CPU processes each) and the GPU sizing run's CPU smoke
+# (its parts without Ray Serve: training, probe, convoy) are heavy CPU work, last so that the
+# short unit tests are done by the time they compete for the cores.
 WITHOUT_RAY = (
     "tests/unit",
     "tests/k8s",
     "tests/e2e/test_training_ddp.py",
     "tests/e2e/test_training_fsdp.py",
+    "tests/e2e/test_gpubench.py",
 )
 NO_TESTS = 5  # pytest's exit status when a run collected nothing (e.g. `-k` matched none)
 

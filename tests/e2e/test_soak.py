@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 def test_short_soak_reports_every_server_process(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "soak"
     command = [sys.executable, "-m", "loadtest.soak", "--model-path", str(tiny_model_dir)]
-    command += ["--minutes", "0.3", "--users", "2", "--warmup-s", "4", "--interval-s", "1"]
-    # Growth over 18 s of a tiny model says nothing; the 10-minute run is the measurement.
+    command += ["--minutes", "0.15", "--users", "2", "--warmup-s", "2", "--interval-s", "1"]
+    # Growth over 9 s of a tiny model says nothing; the 10-minute run is the measurement.
     command += ["--max-growth", "100", "--out", str(out)]
     # Two tiers, so both replica roles are sampled and the serve command's two-application
     # path runs end to end (on a small CPU machine it would pick the co-located layout, which
