@@ -32,6 +32,8 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
+    # The report written before the overhead section (kept if a run is cut there) is replaced.
+    assert "partial" not in doc and "overhead" in doc
     assert doc["layout"] == "two-tier"
     assert doc["limit"]["texts_per_s"] > 0 and doc["limit"]["cpu_ms_per_text"] > 0
     # The limit with only as many texts known as the top single-text level keeps in flight.
