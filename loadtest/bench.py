@@ -23,10 +23,8 @@ from typing import Any
 
 from loadtest import corpus, overhead, serving
 from loadtest.report import hardware, write_reports
-from loadtest.served import FULL, QUICK, serve_and_measure
+from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.settings import COMPILE_MODES
-
-GPU_BUDGETS = [4096, 16384, 65536]
 
 
 def _synthetic_bert_base(tokenizer_from: Path, out: Path) -> Path:
@@ -45,13 +43,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from service.model import SentimentModel, dtype_name
 
-    plan = QUICK if args.quick else FULL
+    gpus = 1 if args.device != "cpu" and torch.cuda.is_available() else 0
+    plan = QUICK if args.quick else (GPU if gpus else FULL)
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     texts = corpus.load(args.corpus, args.texts or plan.texts)
     from service.settings import Settings, local_layout
 
-    gpus = 1 if args.device != "cpu" and torch.cuda.is_available() else 0
     common = {
         "hardware": hardware(),
         "ingress": args.ingress,
@@ -67,7 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # A GPU forward's fixed cost (kernel launches from Python, ~6 ms eager on an H200) buys
     # far bigger forwards than a CPU's: the H200 run's limit rose 3.6x from 4096 to 65536.
-    budgets = GPU_BUDGETS if gpus and not args.quick else plan.budgets
+    budgets = plan.budgets
     print(f"limit: in-process, {len(texts)} texts, budgets {budgets} ...", flush=True)
     from loadtest.limit import at_a_time, measure_layouts, single_text_ms
     from service.placement import parallel_forwards

@@ -54,8 +54,9 @@ print(json.dumps(doc))
 """
 
 
-# The H200 run's bench needed ~240 s before its tiny-model overhead section (~120 s more, and
-# ~20 s since for the model replica by call size).
+# The H200 run of Dec 4 spent ~300 s of its bench before the tiny-model overhead section and
+# was cut ~125 s into it, in the call-size step; the GPU plan (loadtest.served.GPU) and the
+# two applications deployed together save ~75 s of that.
 FULL_BUDGETS = {
     "prepare": 60.0, "training": 90.0, "probe": 75.0, "convoy": 90.0, "bench": 420.0,
     "parity": 240.0,
