@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # As serving.service_settings picks it: SENTIMENT_LAYOUT, else what `make serve` runs.
         "layout": local_layout(Settings(ingress_replicas=args.ingress_replicas, num_gpus=gpus)),
     }
+    if args.calls_in_flight:  # the service's Settings read it, in both sections
+        os.environ["SENTIMENT_INGRESS_CALLS_IN_FLIGHT"] = str(args.calls_in_flight)
+    common["ingress_calls_in_flight"] = args.calls_in_flight or "auto"
     if args.overhead_only:
         return {**common, "overhead": _overhead(args, texts), "created": _now()}
     model_path = args.model_path
@@ -217,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         help="HTTP ingress replicas (default: one per core the model replica leaves free)",
     )
     parser.add_argument(
+        "--calls-in-flight",
+        type=int,
+        help="model calls each ingress replica keeps in flight (default: the service's auto; "
+        "the RayService sets 2)",
+    )
+    parser.add_argument(
         "--overhead-only", action="store_true", help="only the tiny-model overhead run"
     )
     parser.add_argument(
@@ -254,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ingress_replicas < 1:
         parser.error("--ingress-replicas must be at least 1")
+    if args.calls_in_flight is not None and not 1 <= args.calls_in_flight <= 64:
+        parser.error("--calls-in-flight must be between 1 and 64")
     if not (args.model_path / "config.json").is_file():
         print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
         return 2

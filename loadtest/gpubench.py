@@ -54,6 +54,9 @@ print(json.dumps(doc))
 """
 
 
+# As k8s/rayservice.yaml runs a GPU pod (k8s/README.md, "Autoscaling").
+INGRESS_PER_GPU = 5
+CALLS_IN_FLIGHT = 2
 # The H200 run of Dec 4 spent ~300 s of its bench before the tiny-model overhead section and
 # was cut ~125 s into it, in the call-size step; the GPU plan (loadtest.served.GPU) and the
 # two applications deployed together save ~75 s of that.
@@ -117,7 +120,15 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
         text=True,
     ).stdout
     if "--ingress-replicas" in helptext:
-        cmd += ["--ingress-replicas", str(max(1, (os.cpu_count() or 3) - 2))]
+        spare = max(1, (os.cpu_count() or 3) - 2)
+        # A GPU pod's shape in the RayService: five ingress replicas (its autoscaling floor per
+        # GPU), two calls in flight each. Not one per core: the H200 run's 14 replicas split 64
+        # clients into calls of a few texts, and a call's cost, not a text's, fills a replica's
+        # loop (on 2 cores, 1 -> 2 -> 4 ingress replicas at 64 clients: 31.8 -> 15.7 -> 11.8
+        # texts a batch, 2.4 -> 3.2 -> 3.6 ms of server CPU a request; docs/benchmarks.md).
+        cmd += ["--ingress-replicas", str(spare if run.smoke else min(INGRESS_PER_GPU, spare))]
+        if not run.smoke and "--calls-in-flight" in helptext:
+            cmd += ["--calls-in-flight", str(CALLS_IN_FLIGHT)]
     return cmd + run.bench_args
 
 

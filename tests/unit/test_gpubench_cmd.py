@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -21,6 +22,18 @@ def test_bench_args_reach_the_bench_command(tmp_path: Path) -> None:
     cmd = _bench_cmd(run, sys.executable)
     assert cmd[:3] == [sys.executable, "-m", "loadtest.bench"] and cmd[-2:] == extra
     assert "--synthetic-bert-base" in cmd and cmd[cmd.index("--dtype") + 1] == "float16"
+    # A GPU pod's shape in the RayService, at most: its ingress replicas and calls in flight.
+    flag = lambda name: cmd[cmd.index(name) + 1]  # noqa: E731
+    spare = max(1, (os.cpu_count() or 3) - 2)
+    assert flag("--ingress-replicas") == str(min(5, spare)) and flag("--calls-in-flight") == "2"
+
+
+def test_the_bench_refuses_calls_in_flight_out_of_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--calls-in-flight", "0"])
+    assert exit_.value.code == 2 and "--calls-in-flight" in capsys.readouterr().err
 
 
 def test_the_bench_refuses_an_unknown_compile_mode_before_measuring(
