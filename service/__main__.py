@@ -107,8 +107,16 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         serve.run(app_for(settings), name=settings.app_name, route_prefix=settings.route_prefix)
     else:
         model_app, ingress_app = tiers(settings)
-        serve.run(model_app, name=model_app_name(settings), route_prefix=None)
-        serve.run(ingress_app, name=settings.app_name, route_prefix=settings.route_prefix)
+        # Submitted together, their replicas start side by side: an ingress replica waits for
+        # the model in the background and answers 503 on /readyz until it has answered.
+        serve.run_many(
+            [
+                serve.RunTarget(model_app, name=model_app_name(settings), route_prefix=None),
+                serve.RunTarget(
+                    ingress_app, name=settings.app_name, route_prefix=settings.route_prefix
+                ),
+            ]
+        )
     base = f"http://{settings.host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
     layout = (
