@@ -28,20 +28,15 @@ def test_bench_args_reach_the_bench_command(tmp_path: Path) -> None:
     assert flag("--ingress-replicas") == str(min(5, spare)) and flag("--calls-in-flight") == "2"
 
 
-def test_the_bench_refuses_calls_in_flight_out_of_bounds(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    "flags", [["--torch-compile", "fastest"], ["--calls-in-flight", "0"]], ids=lambda f: f[0]
+)
+def test_the_bench_refuses_a_bad_flag_before_measuring(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--calls-in-flight", "0"])
-    assert exit_.value.code == 2 and "--calls-in-flight" in capsys.readouterr().err
-
-
-def test_the_bench_refuses_an_unknown_compile_mode_before_measuring(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        bench.main(["--torch-compile", "fastest"])
-    assert exit_.value.code == 2 and "--torch-compile" in capsys.readouterr().err
+        bench.main(flags)
+    assert exit_.value.code == 2 and flags[0] in capsys.readouterr().err
 
 
 def test_the_cpu_smoke_serves_behind_ray_s_proxy_and_its_rehearsal_behind_haproxy(
