@@ -199,12 +199,15 @@ def snapshot(root: int, proc: Path = PROC) -> Snapshot:
         if pid == root or (pid not in below and not orphan):
             continue
         group = "haproxy" if is_haproxy(line) else group_of(line)
-        threads = _threads(proc / str(pid) / "task") if group in MODEL_GROUPS else ()
-        forward = sum(t for _, name, t in threads if name.startswith(FORWARD_THREAD))
-        if FORWARD_PROCESS in line:  # all of its CPU is forward work, in its parent's group
-            group, forward = group_of(cmdline(stat.ppid, proc)), stat.ticks
-            threads = _threads(proc / str(pid) / "task")
-        child = FORWARD_PROCESS in line
+        child = FORWARD_PROCESS in line  # all of its CPU is forward work, in its parent's group
+        if child:
+            group = group_of(cmdline(stat.ppid, proc))
+        threads = _threads(proc / str(pid) / "task") if child or group in MODEL_GROUPS else ()
+        forward = (
+            stat.ticks
+            if child
+            else sum(t for _, name, t in threads if name.startswith(FORWARD_THREAD))
+        )
         samples[(pid, stat.start)] = Sample(pid, group, stat.ticks, forward, threads, child)
     return Snapshot(samples)
 

@@ -54,7 +54,8 @@ print(json.dumps(doc))
 """
 
 
-# As k8s/rayservice.yaml runs a GPU pod (k8s/README.md, "Autoscaling").
+# As k8s/rayservice.yaml runs a GPU pod (k8s/README.md, "Autoscaling"; a k8s test keeps
+# them equal).
 INGRESS_PER_GPU = 5
 CALLS_IN_FLIGHT = 2
 # The H200 run of Dec 4 spent ~300 s of its bench before the tiny-model overhead section and
@@ -124,8 +125,8 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
         # A GPU pod's shape in the RayService: five ingress replicas (its autoscaling floor per
         # GPU), two calls in flight each. Not one per core: the H200 run's 14 replicas split 64
         # clients into calls of a few texts, and a call's cost, not a text's, fills a replica's
-        # loop (on 2 cores, 1 -> 2 -> 4 ingress replicas at 64 clients: 31.8 -> 15.7 -> 11.8
-        # texts a batch, 2.4 -> 3.2 -> 3.6 ms of server CPU a request; docs/benchmarks.md).
+        # loop (on 2 cores, 1 -> 2 -> 4 ingress replicas at 64 clients: 32.1 -> 16.1 -> 10.6
+        # texts a batch, 2.09 -> 2.42 -> 3.31 ms of server CPU a request; docs/benchmarks.md).
         cmd += ["--ingress-replicas", str(spare if run.smoke else min(INGRESS_PER_GPU, spare))]
         if not run.smoke and "--calls-in-flight" in helptext:
             cmd += ["--calls-in-flight", str(CALLS_IN_FLIGHT)]
