@@ -70,6 +70,9 @@ def run_part(run: Run, name: str, cmd: list[str], result: Path | None = None) ->
     limit = min(run.budgets.get(name, 60.0), run.deadline - time.monotonic())
     record: dict[str, Any] = {"command": " ".join(cmd), "limit_s": round(limit, 1)}
     run.parts[name] = record
+    if run.budgets.get(name) == 0:
+        record["status"] = "skipped: budget 0"
+        return record
     if limit < 5:
         record["status"] = "skipped: no time left"
         return record

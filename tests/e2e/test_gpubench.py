@@ -29,7 +29,7 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
     status = doc["status"]
     parts = ("prepare", "training", "probe", "convoy", "train-probe-tiny")
     assert [status[p] for p in parts] == ["ok"] * 5, doc
-    assert status["bench"].startswith("skipped") and status["parity"].startswith("skipped")
+    assert status["bench"] == "skipped: budget 0" and status["parity"].startswith("skipped")
     assert doc["preflight"]["cuda"] is False and doc["preflight"]["cores"] >= 1
     train = doc["parts"]["training"]["result"]
     assert train["samples_per_s"] > 0 and train["samples"] == 2 * 4
