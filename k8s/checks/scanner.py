@@ -25,11 +25,11 @@ RENDERED = "rendered-ray-pods.yaml"
 
 
 def checkov_path(cli: str | None) -> str | None:
-    """--checkov, else $CHECKOV, else the Makefile's .venv-checkov, else PATH."""
-    if cli:
-        return cli
-    if os.environ.get(CHECKOV_ENV):
-        return os.environ[CHECKOV_ENV]
+    """--checkov, else $CHECKOV, else the Makefile's .venv-checkov, else PATH; a relative
+    path is made absolute, since checkov runs in the scan folder."""
+    given = cli or os.environ.get(CHECKOV_ENV)
+    if given:
+        return str(Path(given).absolute()) if os.sep in given else given
     beside = REPO / CHECKOV_VENV / "bin" / "checkov"
     return str(beside) if beside.exists() else shutil.which("checkov")
 

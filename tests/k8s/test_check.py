@@ -13,6 +13,7 @@ import yaml
 
 from k8s.checks import run_checks
 from k8s.checks.loadtest_sync import LOADTEST_CONFIGMAP
+from k8s.checks.scanner import checkov_path
 from k8s.checks.schemas import strict
 from tests.k8s.conftest import REPO, synced_copy
 
@@ -518,3 +519,12 @@ def test_cli_exit_status_and_sync(schemas: Path, tmp_path: Path) -> None:
     assert "extra_module.py: |\n    VALUE = 1\n" in synced
     problems = run_checks(root, schemas).problems
     assert not any("is out of date" in p for p in problems), problems
+
+
+def test_a_relative_checkov_path_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make k8s-check` passes .venv-checkov/bin/checkov, and checkov runs in the scan folder."""
+    monkeypatch.chdir(tmp_path)
+    assert checkov_path("tools/bin/checkov") == str(tmp_path / "tools" / "bin" / "checkov")
+    assert checkov_path("checkov") == "checkov"  # a bare name is looked up on PATH
