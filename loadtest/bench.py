@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch-compile",
         choices=COMPILE_MODES,
-        default=os.environ.get("SENTIMENT_TORCH_COMPILE", "off"),
+        default=os.environ.get("SENTIMENT_TORCH_COMPILE", "auto"),
         help="torch.compile the torch backend, for the limit and the service (reduce-overhead: "
         "CUDA graphs on a GPU)",
     )

@@ -58,6 +58,16 @@ def row_bucket(rows: int) -> int:
     return between if rows <= between else power
 
 
+def compile_mode(setting: str, backend: str, device: torch.device) -> str:
+    """The torch.compile mode a setting means for `backend` on `device`: `auto` is CUDA
+    graphs for torch on a GPU, where an eager forward is Python launching kernels (on an
+    H200, 64 single-text clients: 309 texts/s eager, 3,181 with graphs; docs/benchmarks.md),
+    and off elsewhere (on a CPU compiling takes minutes and the forward is compute-bound)."""
+    if setting != "auto":
+        return setting
+    return "reduce-overhead" if backend == "torch" and device.type == "cuda" else "off"
+
+
 class TorchBackend:
     """The Hugging Face module in PyTorch, on its device and dtype; `compile` is a
     torch.compile mode (COMPILE_MODES), with dynamic shapes so a new width is no recompile."""
@@ -65,7 +75,7 @@ class TorchBackend:
     name = "torch"
 
     def __init__(self, module: torch.nn.Module, device: torch.device, compile: str = "off") -> None:
-        if compile not in COMPILE_MODES:
+        if compile not in COMPILE_MODES or compile == "auto":  # compile_mode resolves auto
             raise BackendError(
                 f"unknown torch.compile mode {compile!r}; use one of {COMPILE_MODES}"
             )

@@ -6,6 +6,7 @@ token ids, `predict(batch of id lists) -> probabilities`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,19 @@ import numpy.typing as npt
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
-from service.backends import Backend, BackendError, TorchBackend, load_ort, resolve_backend
+from service.backends import (
+    Backend,
+    BackendError,
+    TorchBackend,
+    compile_mode,
+    load_ort,
+    resolve_backend,
+)
 from service.batching import round_up
 from service.encoding import TextEncoder, sequence_limit
 from service.modeldir import ModelLoadError, check_model_dir
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ModelLoadError", "SentimentModel", "check_model_dir"]
 
@@ -134,7 +144,7 @@ class SentimentModel:
         hub. ONNX backends load the verified export instead of the PyTorch weights
         (`max_rows` sizes TensorRT's shape profile; `threads`: their sessions' intra-op threads,
         default torch's count); `torch_compile` compiles the torch backend's module
-        (settings.COMPILE_MODES)."""
+        (settings.COMPILE_MODES; auto: CUDA graphs for torch on a GPU, backends.compile_mode)."""
         path = Path(path)
         check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
@@ -142,6 +152,7 @@ class SentimentModel:
             chosen, why = resolve_backend(backend, path, dev)
         except BackendError as exc:
             raise ModelLoadError(str(exc)) from None
+        asked, torch_compile = torch_compile, compile_mode(torch_compile, chosen, dev)
         if torch_compile != "off" and chosen != "torch":
             raise ModelLoadError(
                 f"torch_compile={torch_compile!r} compiles the torch backend, but this model "
@@ -171,6 +182,13 @@ class SentimentModel:
             raise ModelLoadError(str(exc)) from None
         if torch_compile != "off":
             why = f"{why}; torch.compile {torch_compile}"
+        if asked == "auto" and torch_compile != "off":
+            try:  # compiles now (tens of seconds); a GPU image without a C compiler fails here
+                backend_.logits(np.full((1, 8), pad_id, np.int64), np.ones((1, 8), np.int64))
+            except Exception as exc:  # auto means the best that runs here: eager
+                logger.warning("torch.compile %s failed, serving eager: %s", torch_compile, exc)
+                backend_ = TorchBackend(model, dev)
+                why = f"{why} failed ({type(exc).__name__}), eager"
         return cls(
             backend_,
             encoder,

@@ -76,6 +76,10 @@ def load_model(settings: Settings, threads: int | None = None) -> SentimentModel
     Runtime backend's sessions get `threads` intra-op threads (default: torch's count), there
     the child's torch does (default: `torch_threads`)."""
     s = settings
+    in_child = forwards_in_process(s)
+    # torch keeps CUDA graphs per thread: auto records them only in a forward process, where
+    # the warm-up and every forward run on its one thread (in a replica they would not).
+    compile_ = "off" if s.torch_compile == "auto" and not in_child else s.torch_compile
     load: dict[str, Any] = {
         "path": s.model_path,
         "device": s.device,
@@ -84,9 +88,9 @@ def load_model(settings: Settings, threads: int | None = None) -> SentimentModel
         "name": s.model_name,
         "allow_pickle": s.allow_pickle,
         "backend": s.backend,
-        "torch_compile": s.torch_compile,
+        "torch_compile": compile_,
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
-    if forwards_in_process(s):
+    if in_child:
         return ForwardProcess(load, threads or s.torch_threads)
     return SentimentModel.load(**load, threads=threads)

@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-TorchCompile = Literal["off", "default", "reduce-overhead"]
+TorchCompile = Literal["auto", "off", "default", "reduce-overhead"]
 COMPILE_MODES: tuple[str, ...] = get_args(TorchCompile)
 
 
@@ -114,10 +114,12 @@ class Settings(BaseSettings):
         None, ge=1, description="Intra-op threads on CPU (a GPU model replica uses one)."
     )
     torch_compile: TorchCompile = Field(
-        "off",
+        "auto",
         description="torch backend only: torch.compile the model with dynamic shapes; "
         "reduce-overhead also replays CUDA graphs on a GPU (rows padded to a few counts so "
-        "few graphs are recorded). Compiling takes 15-40 s at start.",
+        "few graphs are recorded). auto: reduce-overhead for torch on a GPU, falling back to "
+        "eager if compiling fails there; off elsewhere. Compiling and recording the graphs "
+        "adds 1-2 minutes to a GPU replica's start.",
     )
     forward_in: Literal["auto", "thread", "process"] = Field(
         "auto",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service.backends import BackendError, TorchBackend, row_bucket
+from service.backends import BackendError, TorchBackend, compile_mode, row_bucket
 from service.forwardproc import ForwardProcess
 from service.model import ModelLoadError, SentimentModel
 from service.placement import load_model
@@ -64,3 +64,54 @@ def test_setting_reaches_the_model_in_a_thread_and_in_a_forward_process(
     monkeypatch.setenv("SENTIMENT_TORCH_COMPILE", "fast")
     with pytest.raises(ValueError, match="torch_compile"):
         Settings()
+
+
+def test_auto_means_cuda_graphs_for_torch_on_a_gpu_and_off_elsewhere() -> None:
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert compile_mode("auto", "torch", cuda) == "reduce-overhead"
+    assert compile_mode("auto", "torch", cpu) == "off"
+    assert compile_mode("auto", "tensorrt", cuda) == "off"
+    assert compile_mode("default", "torch", cpu) == "default"  # an explicit mode is kept
+    assert Settings().torch_compile == "auto"
+    with pytest.raises(BackendError, match=r"unknown torch\.compile mode"):
+        TorchBackend(torch.nn.Identity(), cpu, "auto")  # resolved before a backend is built
+
+
+def test_auto_serves_eager_when_compiling_fails(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU image that cannot compile (no C compiler for Triton) still serves, eager."""
+    import service.model
+
+    def broken(module: torch.nn.Module, **_: object) -> object:
+        def forward(**__: object) -> object:
+            raise RuntimeError("no C compiler found")
+
+        return forward
+
+    on_gpu = {"auto": "default"}  # what compile_mode makes of auto there, a mode we can run
+    monkeypatch.setattr(service.model, "compile_mode", lambda mode, *_: on_gpu.get(mode, mode))
+    monkeypatch.setattr(torch, "compile", broken)
+    eager = SentimentModel.load(tiny_model_dir, device="cpu")
+    served = SentimentModel.load(tiny_model_dir, device="cpu", torch_compile="auto")
+    assert "torch.compile default failed (RuntimeError), eager" in served.backend_reason
+    ids = [e.ids for e in eager.encode(SAMPLE_TEXT)]
+    torch.testing.assert_close(served.predict(ids), eager.predict(ids))
+    with pytest.raises(RuntimeError, match="no C compiler"):  # an explicit mode fails loudly
+        SentimentModel.load(tiny_model_dir, device="cpu", torch_compile="default").predict(ids)
+
+
+def test_auto_records_no_graphs_where_forwards_share_threads(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch keeps CUDA graphs per thread: in a replica (warm-up on one thread, forwards on
+    others) auto compiles nothing; an explicit mode still compiles there."""
+    import service.model
+
+    monkeypatch.setattr(service.model, "compile_mode", lambda mode, *_: mode)  # no resolving
+    settings = Settings(model_path=tiny_model_dir, device="cpu", forward_in="thread")
+    here = load_model(settings)
+    assert isinstance(here, SentimentModel) and "torch.compile" not in here.backend_reason
+    explicit = load_model(settings.model_copy(update={"torch_compile": "default"}))
+    assert isinstance(explicit, SentimentModel)
+    assert "torch.compile default" in explicit.backend_reason
