@@ -25,10 +25,17 @@ class RunResult:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
+    client_cpu_s: float = 0.0  # this load generator's own CPU over the run
 
     @property
     def texts_per_s(self) -> float:
         return self.texts / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_busy_cores(self) -> float:
+        """The load generator's cores over the run: near 1.0, one asyncio process is what
+        bounds the rate, not the server."""
+        return round(self.client_cpu_s / self.seconds, 2) if self.seconds else 0.0
 
     def percentile(self, q: float) -> float:
         """Latency at quantile `q` (0..1), nearest rank; 0 with no samples."""
@@ -101,9 +108,10 @@ async def closed_loop(
             await _post(session, url, body, result)
 
     async with _session(concurrency, timeout_s) as session:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         result.seconds = time.perf_counter() - t0
+        result.client_cpu_s = time.process_time() - cpu0
     return result
 
 
@@ -126,7 +134,7 @@ async def open_loop(
     result = RunResult()
     tasks: list[asyncio.Task[None]] = []
     async with _session(0, timeout_s) as session:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         next_at, i = 0.0, 0
         while next_at < duration_s and i < max_requests:
             delay = t0 + next_at - time.perf_counter()
@@ -138,4 +146,5 @@ async def open_loop(
             next_at += rng.expovariate(rate_per_s)
         await asyncio.gather(*tasks)
         result.seconds = time.perf_counter() - t0
+        result.client_cpu_s = time.process_time() - cpu0
     return result

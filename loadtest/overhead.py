@@ -148,6 +148,7 @@ def level_row(
         "errors": result.errors,
         "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
         "seconds": round(result.seconds, 3),
+        "client_busy_cores": result.client_busy_cores,
         "requests_per_s": round(n / result.seconds, 2) if result.seconds else 0.0,
         "p50_ms": round(result.percentile(0.50) * 1000, 2),
         "p99_ms": round(result.percentile(0.99) * 1000, 2),
@@ -197,7 +198,7 @@ async def measure(
         print(
             f"{label} c={c:3d}: {row['requests_per_s']:8.1f} req/s  p99 {row['p99_ms']:7.1f} ms"
             f"  server CPU {row['server_cpu_ms_per_request']} ms/request  errors {result.errors}"
-            f"{core}",
+            f"{core}  client {result.client_busy_cores} cores",
             flush=True,
         )
     return rows

@@ -54,6 +54,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
         assert r["requests"] > 0 and r["texts_per_s"] > 0
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert r["vs_limit"] > 0
+        assert 0 <= r["client_busy_cores"] <= os.cpu_count()  # the load generator's share
         # Server CPU per text over the limit's, both read in this run.
         assert r["cpu_vs_limit"] == round(
             r["server_cpu_ms_per_text"] / doc["limit"]["cpu_ms_per_text"], 2

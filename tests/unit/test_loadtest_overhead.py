@@ -87,3 +87,11 @@ def test_counts_from_a_service_without_them_give_no_figures() -> None:
         "loop_forward_s": 0.0,
     }
     assert tally.read(None) == {}
+
+
+def test_the_load_generators_own_cores_come_with_each_level() -> None:
+    result = RunResult(requests=10, texts=10, seconds=2.0, client_cpu_s=1.5)
+    assert result.client_busy_cores == 0.75  # 1.5 s of CPU over 2 s: the client nearly bounds it
+    assert RunResult().client_busy_cores == 0.0
+    row = level_row(1, result, cpu.Usage(by_group={}, forward_by_group={}, processes={}))
+    assert row["client_busy_cores"] == 0.75
