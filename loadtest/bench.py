@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model_path = _synthetic_bert_base(args.model_path, Path(tempfile.mkdtemp()) / "bert-base")
 
     # A GPU forward's fixed cost (kernel launches from Python, ~6 ms eager on an H200) buys
-    # far bigger forwards than a CPU's: the H200 run's limit rose 3.6x from 4096 to 65536.
+    # far bigger forwards than a CPU's (eager, an H200's limit rose 3.6x from 4096 to 65536;
+    # CUDA graphs take most of that fixed cost away: loadtest.served.GPU).
     budgets = plan.budgets
     print(f"limit: in-process, {len(texts)} texts, budgets {budgets} ...", flush=True)
     from loadtest.limit import at_a_time, measure_layouts, single_text_ms
