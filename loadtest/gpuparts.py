@@ -30,6 +30,7 @@ class Run:
     bench_args: list[str] = field(default_factory=list)  # more flags for loadtest.bench
     # With smoke: through the bundle, HAProxy in front, as the GPU machine runs (a rehearsal).
     rehearse: bool = False
+    overhead: bool = False  # on a GPU: the bench's tiny-model overhead section too
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -23,9 +23,10 @@ def test_cpu_smoke_writes_summary_and_keeps_figures_of_parts_that_ran(tmp_path: 
            "--parity-pack", str(tmp_path / "no-pack"),
            "--train-probe"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # bench skipped
+    # The bench given no time and no parity pack: both left out on purpose, not failures.
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((out / "summary.json").read_text())
-    assert doc["mode"] == "cpu-smoke" and doc["all_ok"] is False
+    assert doc["mode"] == "cpu-smoke" and doc["all_ok"] is True
     status = doc["status"]
     parts = ("prepare", "training", "probe", "convoy", "train-probe-tiny")
     assert [status[p] for p in parts] == ["ok"] * 5, doc

@@ -26,10 +26,20 @@ def test_bench_args_reach_the_bench_command(tmp_path: Path) -> None:
     flag = lambda name: cmd[cmd.index(name) + 1]  # noqa: E731
     spare = max(1, (os.cpu_count() or 3) - 2)
     assert flag("--ingress-replicas") == str(min(5, spare)) and flag("--calls-in-flight") == "2"
+    # The tiny-model overhead section only when asked for (`gpubench --overhead`).
+    assert "--no-overhead" in cmd
+    run.overhead = True
+    assert "--no-overhead" not in _bench_cmd(run, sys.executable)
 
 
 @pytest.mark.parametrize(
-    "flags", [["--torch-compile", "fastest"], ["--calls-in-flight", "0"]], ids=lambda f: f[0]
+    "flags",
+    [
+        ["--torch-compile", "fastest"],
+        ["--calls-in-flight", "0"],
+        ["--overhead-only", "--no-overhead"],
+    ],
+    ids=lambda f: f[0],
 )
 def test_the_bench_refuses_a_bad_flag_before_measuring(
     flags: list[str], capsys: pytest.CaptureFixture[str]

@@ -1,4 +1,5 @@
-"""The GPU summary's profile rows: top functions, a replica with no samples, an error."""
+"""The GPU summary: its profile rows (top functions, a replica with no samples, an error), and
+which parts' statuses make the run's all_ok."""
 
 from __future__ import annotations
 
@@ -21,3 +22,11 @@ def test_each_profiled_replica_gets_a_row_whatever_its_profile_holds() -> None:
     assert row.format("SentimentModel", "forward (model.py) 100%") in table
     assert row.format("SentimentIngress", "no samples") in table
     assert row.format("Other", "a / b") in table  # a pipe would split the table's cell
+
+
+def test_a_part_left_out_on_purpose_is_no_failure_and_a_cut_one_is() -> None:
+    parts = {"training": {"status": "ok"}, "convoy": {"status": "skipped: budget 0"}}
+    assert summarize(parts, "gpu")["all_ok"] is True
+    for failed in ("timeout", "skipped: no time left", "failed: rc 1"):
+        cut = {**parts, "bench": {"status": failed}}
+        assert summarize(cut, "gpu")["all_ok"] is False, failed
