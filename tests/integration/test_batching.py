@@ -30,7 +30,10 @@ def test_concurrent_requests_are_coalesced(cluster: Cluster) -> None:
     app = cluster.deploy("coalesce", batch={"batch_wait_timeout_s": 0.25})
     responses = burst(app, singles(32))
     assert [r.status_code for r in responses] == [200] * 32
-    cluster.wait_for(lambda: batches(cluster, "coalesce")[1] == 32)
+    # The model core's own count is exact; its metrics are exported on their own tick, which
+    # can come after the ingress's text counter reads 32.
+    made = app.ready()["batches"]
+    cluster.wait_for(lambda: batches(cluster, "coalesce")[:2] == (made, 32))
     count, total, ones = batches(cluster, "coalesce")
     assert count < total, "every text ran in a batch of its own"
     assert ones < count, "no batch held more than one text"
