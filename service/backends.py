@@ -75,10 +75,9 @@ class TorchBackend:
     name = "torch"
 
     def __init__(self, module: torch.nn.Module, device: torch.device, compile: str = "off") -> None:
-        if compile not in COMPILE_MODES or compile == "auto":  # compile_mode resolves auto
-            raise BackendError(
-                f"unknown torch.compile mode {compile!r}; use one of {COMPILE_MODES}"
-            )
+        modes = [m for m in COMPILE_MODES if m != "auto"]  # compile_mode resolves auto
+        if compile not in modes:
+            raise BackendError(f"unknown torch.compile mode {compile!r}; use one of {modes}")
         self.module = module
         self.device = device
         self.forward: Any = module
