@@ -58,14 +58,17 @@ def row_bucket(rows: int) -> int:
     return between if rows <= between else power
 
 
-def compile_mode(setting: str, backend: str, device: torch.device) -> str:
+def compile_mode(setting: str, backend: str, device: torch.device, one_thread: bool = True) -> str:
     """The torch.compile mode a setting means for `backend` on `device`: `auto` is CUDA
     graphs for torch on a GPU, where an eager forward is Python launching kernels (on an
     H200, 64 single-text clients: 309 texts/s eager, 3,181 with graphs; docs/benchmarks.md),
-    and off elsewhere (on a CPU compiling takes minutes and the forward is compute-bound)."""
+    and off elsewhere (on a CPU compiling takes minutes and the forward is compute-bound).
+    torch keeps CUDA graphs per thread, so auto records none unless the warm-up and every
+    forward run on `one_thread` (a forward process: service.placement)."""
     if setting != "auto":
         return setting
-    return "reduce-overhead" if backend == "torch" and device.type == "cuda" else "off"
+    graphs = backend == "torch" and device.type == "cuda" and one_thread
+    return "reduce-overhead" if graphs else "off"
 
 
 class TorchBackend:

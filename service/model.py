@@ -139,12 +139,14 @@ class SentimentModel:
         max_rows: int = 512,
         torch_compile: str = "off",
         threads: int | None = None,
+        one_thread: bool = True,
     ) -> SentimentModel:
         """Load the tokenizer and the backend from a local directory; never touches a model
         hub. ONNX backends load the verified export instead of the PyTorch weights
         (`max_rows` sizes TensorRT's shape profile; `threads`: their sessions' intra-op threads,
         default torch's count); `torch_compile` compiles the torch backend's module
-        (settings.COMPILE_MODES; auto: CUDA graphs for torch on a GPU, backends.compile_mode)."""
+        (settings.COMPILE_MODES; auto: CUDA graphs for torch on a GPU when the warm-up and
+        every forward run on `one_thread`, backends.compile_mode)."""
         path = Path(path)
         check_model_dir(path, allow_pickle)
         dev = resolve_device(device)
@@ -152,7 +154,7 @@ class SentimentModel:
             chosen, why = resolve_backend(backend, path, dev)
         except BackendError as exc:
             raise ModelLoadError(str(exc)) from None
-        asked, torch_compile = torch_compile, compile_mode(torch_compile, chosen, dev)
+        asked, torch_compile = torch_compile, compile_mode(torch_compile, chosen, dev, one_thread)
         if torch_compile != "off" and chosen != "torch":
             raise ModelLoadError(
                 f"torch_compile={torch_compile!r} compiles the torch backend, but this model "

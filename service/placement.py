@@ -77,9 +77,6 @@ def load_model(settings: Settings, threads: int | None = None) -> SentimentModel
     the child's torch does (default: `torch_threads`)."""
     s = settings
     in_child = forwards_in_process(s)
-    # torch keeps CUDA graphs per thread: auto records them only in a forward process, where
-    # the warm-up and every forward run on its one thread (in a replica they would not).
-    compile_ = "off" if s.torch_compile == "auto" and not in_child else s.torch_compile
     load: dict[str, Any] = {
         "path": s.model_path,
         "device": s.device,
@@ -88,7 +85,10 @@ def load_model(settings: Settings, threads: int | None = None) -> SentimentModel
         "name": s.model_name,
         "allow_pickle": s.allow_pickle,
         "backend": s.backend,
-        "torch_compile": compile_,
+        "torch_compile": s.torch_compile,
+        # A forward process runs the warm-up and every forward on its one thread; a replica
+        # does not, and torch keeps CUDA graphs per thread (backends.compile_mode).
+        "one_thread": in_child,
         "max_rows": max(1, s.batch.micro_batch_tokens // 8),
     }
     if in_child:

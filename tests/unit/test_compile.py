@@ -71,6 +71,9 @@ def test_auto_means_cuda_graphs_for_torch_on_a_gpu_and_off_elsewhere() -> None:
     assert compile_mode("auto", "torch", cuda) == "reduce-overhead"
     assert compile_mode("auto", "torch", cpu) == "off"
     assert compile_mode("auto", "tensorrt", cuda) == "off"
+    # Graphs are per thread: none where the warm-up and the forwards do not share one.
+    assert compile_mode("auto", "torch", cuda, one_thread=False) == "off"
+    assert compile_mode("reduce-overhead", "torch", cuda, one_thread=False) == "reduce-overhead"
     assert compile_mode("default", "torch", cpu) == "default"  # an explicit mode is kept
     assert Settings().torch_compile == "auto"
     with pytest.raises(BackendError, match=r"unknown torch\.compile mode"):
@@ -108,10 +111,17 @@ def test_auto_records_no_graphs_where_forwards_share_threads(
     others) auto compiles nothing; an explicit mode still compiles there."""
     import service.model
 
-    monkeypatch.setattr(service.model, "compile_mode", lambda mode, *_: mode)  # no resolving
+    asked: list[bool] = []
+
+    def as_on_a_gpu(mode: str, backend: str, _: torch.device, one_thread: bool = True) -> str:
+        asked.append(one_thread)
+        return compile_mode(mode, backend, torch.device("cuda"), one_thread)
+
+    monkeypatch.setattr(service.model, "compile_mode", as_on_a_gpu)
     settings = Settings(model_path=tiny_model_dir, device="cpu", forward_in="thread")
     here = load_model(settings)
     assert isinstance(here, SentimentModel) and "torch.compile" not in here.backend_reason
     explicit = load_model(settings.model_copy(update={"torch_compile": "default"}))
     assert isinstance(explicit, SentimentModel)
+    assert asked == [False, False]  # a replica's forwards do not share the warm-up's thread
     assert "torch.compile default" in explicit.backend_reason
