@@ -1,7 +1,8 @@
 """Server CPU time from /proc (Linux): every process of a local Ray Serve, grouped by role.
 
 The server is every descendant of the bench process (`ray.init(address="local")` makes Ray's
-daemons its children, and workers are the raylet's) plus HAProxy if it was reparented.
+daemons its children, and workers are the raylet's) plus HAProxy if it was reparented, but
+not the bench's own load-generator processes (loadtest.clients).
 Two snapshots bracket a measured window; their difference is the CPU the server spent in it.
 A process that starts inside the window counts in full; one that ends inside it is lost.
 """
@@ -35,6 +36,8 @@ MODEL_GROUPS = ("SentimentModel", "SentimentIngress")
 # A model replica's child that runs its forwards (service.forwardproc): all of its CPU is
 # forward work, counted in its parent's group.
 FORWARD_PROCESS = "service.forwardproc"
+# The bench's load-generator processes (loadtest.clients): below the bench, but no server.
+LOAD_CLIENT = "loadtest.clients"
 
 
 @dataclass(frozen=True)
@@ -187,16 +190,16 @@ def cmdline(pid: int, proc: Path = PROC) -> str:
 
 
 def snapshot(root: int, proc: Path = PROC) -> Snapshot:
-    """The server processes below `root` (itself excluded) plus orphaned HAProxy processes
-    (reparented to init: their Ray parent ended), with CPU ticks. HAProxy under another live
-    process belongs to someone else's run and is left out."""
+    """The server processes below `root` (itself and its load-generator processes excluded)
+    plus orphaned HAProxy processes (reparented to init: their Ray parent ended), with CPU
+    ticks. HAProxy under another live process belongs to someone else's run and is left out."""
     stats = processes(proc)
     below = descendants({pid: s.ppid for pid, s in stats.items()}, root)
     samples: dict[tuple[int, int], Sample] = {}
     for pid, stat in stats.items():
         line = cmdline(pid, proc)
         orphan = is_haproxy(line) and (stat.ppid <= 1 or stat.ppid not in stats)
-        if pid == root or (pid not in below and not orphan):
+        if pid == root or (pid not in below and not orphan) or LOAD_CLIENT in line:
             continue
         group = "haproxy" if is_haproxy(line) else group_of(line)
         child = FORWARD_PROCESS in line  # all of its CPU is forward work, in its parent's group

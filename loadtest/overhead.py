@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import callsize, cpu, floor, hops, serving, tally
-from loadtest.httpload import RunResult, bodies, closed_loop
+from loadtest.clients import ClosedLoop, pool
+from loadtest.httpload import RunResult, bodies
 from service.encoding import TextEncoder
 from service.settings import Settings
 
@@ -174,16 +175,31 @@ async def measure(
     label: str = "overhead",
     readyz: str | None = None,
     levels: list[int] | None = None,
+    client_processes: int = 1,
 ) -> list[dict[str, Any]]:
     """Each level: a warm-up, then a measured closed loop bracketed by /proc snapshots (and,
-    with `readyz`, by the model core's own counts: loadtest.tally)."""
+    with `readyz`, by the model core's own counts: loadtest.tally); the load from
+    `client_processes` processes (loadtest.clients)."""
+    async with pool(client_processes) as load:
+        return await _measure(url, payloads, plan, label, readyz, levels or plan.levels, load)
+
+
+async def _measure(
+    url: str,
+    payloads: list[tuple[bytes, int]],
+    plan: OverheadPlan,
+    label: str,
+    readyz: str | None,
+    levels: list[int],
+    load: ClosedLoop,
+) -> list[dict[str, Any]]:
     rows = []
     me = os.getpid()  # the load generator: not the server, never counted
-    for c in levels or plan.levels:
-        await closed_loop(url, payloads, c, plan.warmup_s, plan.max_requests)
+    for c in levels:
+        await load(url, payloads, c, plan.warmup_s, plan.max_requests)
         counted = tally.read(readyz)  # outside the /proc window: the call costs CPU too
         before = cpu.snapshot(me)
-        result = await closed_loop(url, payloads, c, plan.seconds, plan.max_requests)
+        result = await load(url, payloads, c, plan.seconds, plan.max_requests)
         used = cpu.usage(before, cpu.snapshot(me))
         row = level_row(c, result, used, tally.between(counted, tally.read(readyz)))
         rows.append(row)
@@ -214,6 +230,7 @@ def run(
     dtype: str,
     layers: int = LAYERS,
     backend: str = "torch",
+    client_processes: int = 1,
 ) -> dict[str, Any]:
     """Build the tiny model, measure its forward limit, serve it, load it and Ray Serve's
     floor beside it; the JSON section."""
@@ -228,12 +245,13 @@ def run(
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
     encoder = TextEncoder.load(tiny, settings.max_seq_len)
+    clients = client_processes
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         ready = _ready(readyz)
-        rows = asyncio.run(measure(url, payloads, plan, readyz=readyz))
+        rows = asyncio.run(measure(url, payloads, plan, readyz=readyz, client_processes=clients))
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX), settings.access_log)
-        floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor"))
+        floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor", None, None, clients))
         floor.remove()
         two_tier: dict[str, Any] = {}
         if settings.layout == "two-tier":  # before any handle is called outside an event loop
@@ -242,7 +260,9 @@ def run(
     for row, under in zip(rows, floor_rows, strict=True):
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
     if settings.layout != "two-tier":  # the model replica's own CPU exists in two tiers only
-        two_tier = _two_tier(settings, ingress, ingress_replicas, plan, payloads, texts, encoder)
+        two_tier = _two_tier(
+            settings, ingress, ingress_replicas, plan, payloads, texts, encoder, clients
+        )
     return {
         "model": {
             "layers": layers,
@@ -259,6 +279,7 @@ def run(
         "model_calls": ready.get("model_calls"),  # how its ingress reaches the model
         "ingress": ingress,
         "ingress_replicas": ingress_replicas,
+        "client_processes": clients,
         "forward_limit_texts_per_s": round(limit, 1),
         "levels": rows,
         "floor_levels": floor_rows,
@@ -275,6 +296,7 @@ def _two_tier(
     payloads: list[tuple[bytes, int]],
     texts: list[str],
     encoder: TextEncoder,
+    client_processes: int,
 ) -> dict[str, Any]:
     """The model replica's own CPU per text where it has a process of its own: the same
     tiny model served in two tiers (the GPU layout), at the target's client count only, then
@@ -284,7 +306,7 @@ def _two_tier(
         readyz = serving.readyz_url(url)
         model_calls = _ready(readyz).get("model_calls")  # the ingress's transport to the model
         levels = asyncio.run(
-            measure(url, payloads, plan, "two-tier", readyz=readyz, levels=[OVERHEAD_CLIENTS])
+            measure(url, payloads, plan, "two-tier", readyz, [OVERHEAD_CLIENTS], client_processes)
         )
         calls = _call_sizes(encoder, plan, texts, readyz, two_tier.access_log)
         return {"two_tier_levels": levels, "two_tier_model_calls": model_calls, **calls}

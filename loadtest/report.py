@@ -116,7 +116,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Hardware: {hw['cpu']}, {hw['cores']} cores{gpu}; torch {hw['torch']}, "
         f"ray {hw['ray']}; behind {INGRESS[results['ingress']]}, "
-        f"{results['ingress_replicas']} ingress replica(s).",
+        f"{results['ingress_replicas']} ingress replica(s); load from "
+        f"{results.get('client_processes', 1)} client process(es).",
     ]
     if "runs" in results:
         lines += ["", *_model_lines(results)]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import cpu, profile, serving, tally
+from loadtest.clients import ClosedLoop, pool
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 
 
@@ -62,14 +63,16 @@ async def measure(
     concurrency: int,
     plan: Plan,
     readyz: str | None = None,
+    load: ClosedLoop = closed_loop,
 ) -> tuple[RunResult, dict[str, Any]]:
     """One closed-loop run after a warm-up, where the server's CPU went meanwhile, and (with
-    the service's `readyz`) how many texts its batches and forwards held."""
-    await closed_loop(url, payloads, concurrency, plan.warmup_s, 10_000)
+    the service's `readyz`) how many texts its batches and forwards held. `load` runs the
+    closed loop: in this process, or spread over client processes (loadtest.clients)."""
+    await load(url, payloads, concurrency, plan.warmup_s, 10_000)
     me = os.getpid()  # the load generator: not the server, never counted
     counted = tally.read(readyz)
     before = cpu.snapshot(me)
-    r = await closed_loop(url, payloads, concurrency, plan.seconds, 50_000)
+    r = await load(url, payloads, concurrency, plan.seconds, 50_000)
     used = cpu_figures(cpu.usage(before, cpu.snapshot(me)), r)
     if readyz is not None:
         batching = tally.between(counted, tally.read(readyz))
@@ -135,32 +138,8 @@ async def serve_and_measure(
         model_path, threads, budget, on_gpu, args.device, args.dtype, ingress, replicas
     )
     with apps as urls:
-        service_runs: list[dict[str, Any]] = []
-        naive_runs: list[dict[str, Any]] = []
-        kinds = [(1, plan.singles), (plan.multi_size, plan.multis)]
-        half: dict[str, Any] = {}
-        for per_request, levels in kinds:
-            payloads = bodies(texts, per_request)
-            for c in levels:
-                for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                    readyz = serving.readyz_url(urls[target]) if target == "service" else None
-                    r, used = await measure(urls[target], payloads, c, plan, readyz)
-                    rows.append({**row(target, per_request, c, r), **used})
-                    print(
-                        f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
-                        f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
-                        f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
-                        f"  model replica {used['model_replica_busy_cores']} cores busy"
-                        f" (forward thread {used['forward_thread_busy_cores']})"
-                        f"  client {r.client_busy_cores} cores",
-                        flush=True,
-                    )
-                    if target == "service" and used["model_replica_threads"]:
-                        print(threads_line(used), flush=True)
-            if per_request == 1:
-                # Before the multi-text runs: the naive endpoint keeps computing requests its
-                # clients gave up on there, and that work would land in this latency run.
-                half = await _half_load(urls["service"], texts, service_runs, plan)
+        async with pool(args.client_processes) as load:
+            service_runs, naive_runs, half = await _levels(urls, texts, plan, load)
         half["ingress"] = ingress
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak
         profiled: dict[str, Any] = {}
@@ -170,6 +149,38 @@ async def serve_and_measure(
             profiled = await profile.run(urls["service"], singles, c, args.profile_s, args.out)
             print("\n".join(profile.lines(profiled)), flush=True)
     return service_runs, naive_runs, half, profiled
+
+
+async def _levels(
+    urls: dict[str, str], texts: list[str], plan: Plan, load: ClosedLoop
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The service's and the naive app's runs at every level, and the service's half-load run."""
+    service_runs: list[dict[str, Any]] = []
+    naive_runs: list[dict[str, Any]] = []
+    half: dict[str, Any] = {}
+    for per_request, levels in [(1, plan.singles), (plan.multi_size, plan.multis)]:
+        payloads = bodies(texts, per_request)
+        for c in levels:
+            for target, rows in (("service", service_runs), ("naive", naive_runs)):
+                readyz = serving.readyz_url(urls[target]) if target == "service" else None
+                r, used = await measure(urls[target], payloads, c, plan, readyz, load)
+                rows.append({**row(target, per_request, c, r), **used})
+                print(
+                    f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
+                    f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
+                    f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
+                    f"  model replica {used['model_replica_busy_cores']} cores busy"
+                    f" (forward thread {used['forward_thread_busy_cores']})"
+                    f"  client {r.client_busy_cores} cores",
+                    flush=True,
+                )
+                if target == "service" and used["model_replica_threads"]:
+                    print(threads_line(used), flush=True)
+        if per_request == 1:
+            # Before the multi-text runs: the naive endpoint keeps computing requests its
+            # clients gave up on there, and that work would land in this latency run.
+            half = await _half_load(urls["service"], texts, service_runs, plan)
+    return service_runs, naive_runs, half
 
 
 async def _half_load(
