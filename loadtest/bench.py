@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest import clients, corpus, overhead, serving
+from loadtest import clients, corpus, overhead, serving, tinymodel
 from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.settings import COMPILE_MODES
@@ -176,7 +176,7 @@ def _overhead(args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
     backend = args.overhead_backend
     if backend == "auto":  # what the real model runs on here, as the service would pick it
         real, _ = resolve_backend(args.backend, args.model_path, resolve_device(args.device))
-        backend = overhead.overhead_backend(real)
+        backend = tinymodel.overhead_backend(real)
     print(
         f"overhead: tiny model ({backend}), clients {plan.levels}, {plan.seconds} s each ...",
         flush=True,
@@ -250,12 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overhead-layers",
         type=int,
-        default=overhead.LAYERS,
+        default=tinymodel.LAYERS,
         help="layers of the overhead model (12: a launch-bound forward, like a GPU's)",
     )
     parser.add_argument(
         "--overhead-backend",
-        choices=("auto", *overhead.BACKENDS),
+        choices=("auto", *tinymodel.BACKENDS),
         default="auto",
         help="the overhead model's backend (auto: onnx where the real model runs on ONNX "
         "Runtime here, else torch)",

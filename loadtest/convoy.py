@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from loadtest.overhead import build_tiny_model
 from loadtest.timing import median_ms
+from loadtest.tinymodel import build_tiny_model
 from service.forwardproc import ForwardProcess
 from service.model import SentimentModel
 

@@ -27,18 +27,24 @@ from typing import Any
 from loadtest import callsize, cpu, floor, hops, serving, tally
 from loadtest.clients import ClosedLoop, pool
 from loadtest.httpload import RunResult, bodies
+from loadtest.tinymodel import (
+    HEADS,
+    HIDDEN,
+    INTERMEDIATE,
+    LAYERS,
+    TORCH_THREADS,
+    build_tiny_model,
+    forward_limit,
+)
 from service.encoding import TextEncoder
 from service.settings import Settings
 
-LAYERS, HIDDEN, HEADS, INTERMEDIATE = 2, 64, 2, 128
 MODEL_GROUP = "SentimentModel"
-TORCH_THREADS = 1  # every forward on the `forward` thread, so its CPU is separable
 # The targets (single-text requests, 64 clients).
 OVERHEAD_CLIENTS = 64
 SERVER_CPU_MS_PER_REQUEST = 1.0
 MODEL_OWN_CPU_MS_PER_TEXT = 0.1
 ADDED_CPU_MS_PER_REQUEST = 0.1  # what the service may add to Ray Serve's floor
-BACKENDS = ("torch", "onnx")
 
 
 @dataclass(frozen=True)
@@ -54,73 +60,6 @@ class OverheadPlan:
 
 FULL = OverheadPlan([1, 64, 256], 8.0, 2.0, 200_000, 200)
 QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000, 10)
-
-
-def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0, layers: int = LAYERS) -> Path:
-    """Save a random tiny BERT classifier to `out`, with the tokenizer of `tokenizer_from`.
-    More `layers` make a launch-bound forward: hundreds of tiny ops, each a short stretch
-    without the GIL, the way a GPU forward's Python side looks (a CPU stand-in for it)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, local_files_only=True)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        intermediate_size=INTERMEDIATE,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id or 0,
-        id2label={0: "negative", 1: "positive"},
-        label2id={"negative": 0, "positive": 1},
-    )
-    BertForSequenceClassification(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-def overhead_backend(real: str) -> str:
-    """The tiny model's backend when the real model runs on `real`: ONNX Runtime for either
-    ONNX backend (INT8 costs the tiny model what FP32 does), else torch (a GPU's TensorRT
-    engine would be built for a model that serves nothing)."""
-    return "onnx" if real.startswith("onnx") else "torch"
-
-
-def forward_limit(
-    model_path: Path, texts: list[str], device: str, dtype: str, backend: str = "torch"
-) -> float:
-    """Texts/s of the model's forwards alone: tokenized up front, length-sorted micro-batches
-    at the service's default budget, one torch thread; best of three passes."""
-    import torch
-
-    from service.batching import plan_micro_batches
-    from service.calibration import calibrate
-    from service.model import SentimentModel
-    from service.settings import BatchConfig
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    try:
-        model = SentimentModel.load(model_path, device=device, dtype=dtype, backend=backend)
-        ids = [e.ids for e in model.encode(texts)]
-        config = BatchConfig()
-        measured = calibrate(model, config.micro_batch_tokens).overhead_tokens
-        plan = plan_micro_batches(
-            [len(i) for i in ids],
-            config.micro_batch_tokens,
-            config.overhead_for(model.device.type, measured, model.cuts_runs),
-        )
-        best = 0.0
-        for _ in range(4):  # the first pass warms up
-            t0 = time.perf_counter()
-            for group in plan:
-                model.predict([ids[i] for i in group])
-            best = max(best, len(texts) / (time.perf_counter() - t0))
-        return best
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _ms_per(seconds: float, count: int) -> float | None:
