@@ -12,6 +12,7 @@ import math
 import os
 import re
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -94,9 +95,34 @@ def _cpus_needed(settings: Settings, ingress_replicas: int) -> float:
 
 
 @contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Inside, SIGTERM (`timeout`, a job's end) stops this process as Ctrl-C does: by an
+    exception, so every `finally` runs. Python's default ends it outright, and a bench killed
+    that way left the HAProxy its Ray had started running, reparented to init, on its ports.
+    Only the main thread may set handlers: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
 def ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
-    """A local Ray with Serve on a free port; yields its base URL. On exit: Serve and Ray shut
-    down, and no HAProxy this run started survives (it can outlive Ray)."""
+    """A local Ray with Serve on a free port; yields its base URL. On exit (SIGTERM included):
+    Serve and Ray shut down, and no HAProxy this run started survives (it can outlive Ray)."""
+    with sigterm_unwinds():
+        yield from _ray_serve(ingress, cpus_needed)
+
+
+def _ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
     if ingress == "haproxy":
         lifecycle.use_haproxy()
         # HAProxy's stats and metrics listeners default to fixed ports; a second run on the
