@@ -124,6 +124,7 @@ class ClientPool:
         clients = shares(concurrency, len(self._children))
         caps = shares(max(max_requests, len(clients)), len(clients))
         children = self._children[: len(clients)]
+        wire: list[tuple[str, int]] | None = None  # the bodies as JSON carries them, made once
         for i, (child, c, cap) in enumerate(zip(children, clients, caps, strict=True)):
             command: dict[str, Any] = {
                 "url": url,
@@ -134,7 +135,9 @@ class ClientPool:
                 "offset": i * len(payloads) // len(clients),
             }
             if self._holds[i] is not payloads:  # bodies cross the pipe once, not every run
-                command["payloads"] = [(body.decode("latin-1"), n) for body, n in payloads]
+                if wire is None:
+                    wire = [(body.decode("latin-1"), n) for body, n in payloads]
+                command["payloads"] = wire
                 self._holds[i] = payloads
             await self._write(child, command)
         return merge([_result(await self._read(child)) for child in children])

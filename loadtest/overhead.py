@@ -184,13 +184,16 @@ def run(
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
     encoder = TextEncoder.load(tiny, settings.max_seq_len)
-    clients = client_processes
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         ready = _ready(readyz)
-        rows = asyncio.run(measure(url, payloads, plan, readyz=readyz, client_processes=clients))
+        rows = asyncio.run(
+            measure(url, payloads, plan, readyz=readyz, client_processes=client_processes)
+        )
         floor_url = floor.deploy(url.removesuffix(serving.CLASSIFY_SUFFIX), settings.access_log)
-        floor_rows = asyncio.run(measure(floor_url, payloads, plan, "floor", None, None, clients))
+        floor_rows = asyncio.run(
+            measure(floor_url, payloads, plan, "floor", client_processes=client_processes)
+        )
         floor.remove()
         two_tier: dict[str, Any] = {}
         if settings.layout == "two-tier":  # before any handle is called outside an event loop
@@ -200,7 +203,7 @@ def run(
         row["added_to_floor_cpu_ms_per_request"] = floor.added(row, under)
     if settings.layout != "two-tier":  # the model replica's own CPU exists in two tiers only
         two_tier = _two_tier(
-            settings, ingress, ingress_replicas, plan, payloads, texts, encoder, clients
+            settings, ingress, ingress_replicas, plan, payloads, texts, encoder, client_processes
         )
     return {
         "model": {
@@ -218,7 +221,7 @@ def run(
         "model_calls": ready.get("model_calls"),  # how its ingress reaches the model
         "ingress": ingress,
         "ingress_replicas": ingress_replicas,
-        "client_processes": clients,
+        "client_processes": client_processes,
         "forward_limit_texts_per_s": round(limit, 1),
         "levels": rows,
         "floor_levels": floor_rows,
