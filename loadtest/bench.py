@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = args.micro_batch_tokens or limit.micro_batch_tokens
     in_flight = max(plan.singles)
     # Also half of it: with one call in flight per ingress, the clients take turns in halves,
-    # so that is about what the batcher holds (docs/benchmarks.md). Measured as the service
+    # so that is about what the batcher holds (docs/benchmarks-history.md). Measured as the service
     # computes: `parallel` forwards at once when it does.
     grouped, halved = at_a_time(
         served,

@@ -134,7 +134,8 @@ def _bench_cmd(run: Run, py: str) -> list[str]:
         # GPU), two calls in flight each. Not one per core: the H200 run's 14 replicas split 64
         # clients into calls of a few texts, and a call's cost, not a text's, fills a replica's
         # loop (on 2 cores, 1 -> 2 -> 4 ingress replicas at 64 clients: 32.1 -> 16.1 -> 10.6
-        # texts a batch, 2.09 -> 2.42 -> 3.31 ms of server CPU a request; docs/benchmarks.md).
+        # texts a batch, 2.09 -> 2.42 -> 3.31 ms of server CPU a request;
+        # docs/benchmarks-history.md).
         cmd += ["--ingress-replicas", str(spare if run.smoke else min(INGRESS_PER_GPU, spare))]
         if not run.smoke and "--calls-in-flight" in helptext:
             cmd += ["--calls-in-flight", str(CALLS_IN_FLIGHT)]

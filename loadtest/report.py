@@ -136,7 +136,7 @@ def _at_a_time_lines(results: dict[str, Any]) -> list[str]:
     lines = [
         f"With only {n} texts known at a time, in arrival order (the most the batcher can hold "
         f"at {n} single-text clients; with one call in flight per ingress it holds about half: "
-        f"docs/benchmarks.md), the same model computes {rate:.1f} texts/s, "
+        f"docs/benchmarks-history.md), the same model computes {rate:.1f} texts/s, "
         f"{rate / full:.2f} of the {full:.1f} it computes with all texts sorted in the same "
         "alternating rounds."
     ]

@@ -2,7 +2,7 @@
 
 BERT's normalizer (clean the text, space out CJK characters, strip accents, lowercase) keeps
 an alignment for every character it touches: about 15 of the ~50 us a short review takes to
-tokenize, one text a call (docs/benchmarks.md). On ASCII text it only drops control
+tokenize, one text a call (docs/benchmarks-history.md). On ASCII text it only drops control
 characters, turns tab, newline and carriage return into spaces and lowercases, which
 `str.translate` and `str.lower` do in about a microsecond. So an ASCII text skips it; the rest
 of the pipeline (pre-tokenizer, WordPiece, [CLS] and [SEP]) is the tokenizer's own, and any

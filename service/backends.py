@@ -123,7 +123,7 @@ INT8_RUN_TOKENS = 512
 # against 0.035 ms a token for the default model's INT8 graph on 2 VNNI cores. Runs are cut
 # where one more run costs less than the padding it saves, as forwards are
 # (service.batching): in-process, 32 and 64 texts known at a time ran 9-10% faster than with
-# runs filled in order (docs/benchmarks.md).
+# runs filled in order (docs/benchmarks-history.md).
 INT8_RUN_OVERHEAD_TOKENS = 24
 
 
@@ -280,7 +280,7 @@ def load_ort(
     options.intra_op_num_threads = threads or torch.get_num_threads()
     # Idle intra-op threads spin by default, taking the cores the ingress, HAProxy and Ray
     # need between forwards: at one client the served default model answered 21% more
-    # requests without it (docs/benchmarks.md), and the in-process limit did not move.
+    # requests without it (docs/benchmarks-history.md), and the in-process limit did not move.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = _providers(name, device, model_dir)
     if name == "tensorrt":

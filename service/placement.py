@@ -39,7 +39,7 @@ def parallel_forwards(settings: Settings, threads: int) -> int:
     forms, and costs more CPU per text than one-thread forwards do. Two forwards at once, each
     on half the threads, kept them busy: in-process, on 2 cores with the default model through
     onnx-int8, 32 texts known at a time went from 0.73-0.79 of the best all-sorted figure to
-    0.85-0.94 (docs/benchmarks.md). Auto uses it for ONNX Runtime backends on a CPU; torch
+    0.85-0.94 (docs/benchmarks-history.md). Auto uses it for ONNX Runtime backends on a CPU; torch
     (one intra-op pool per process) is unmeasured. A GPU computes one forward at a time anyway,
     and a forward process serves one call at a time.
     """
@@ -65,7 +65,7 @@ def intra_op_threads(settings: Settings, default: int) -> int:
     one on a GPU. A GPU forward's CPU work is one thread launching kernels and copying results;
     a pool as wide as the machine there has no work to share and competes with the ingress
     replicas for the cores (the H200 runs saw 3.5-7.4 cores busy in the forward process, more
-    than its one launching thread can use; docs/benchmarks.md)."""
+    than its one launching thread can use; docs/benchmarks-history.md)."""
     if resolve_device(settings.device).type == "cuda":
         return 1
     return settings.torch_threads or default

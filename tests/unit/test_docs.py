@@ -34,3 +34,19 @@ def test_every_metric_is_documented() -> None:
         counter = exported + "_total"
         assert f"`{exported}`" in README or f"`{counter}`" in README, name
     assert PREFIX == "sentiment_"
+
+
+def _markdown_files() -> list[Path]:
+    root = Path(__file__).parents[2]
+    docs = sorted((root / "docs").glob("*.md"))
+    return [root / "README.md", root / "k8s" / "README.md", root / "training" / "README.md", *docs]
+
+
+@pytest.mark.parametrize("page", _markdown_files(), ids=lambda p: p.name)
+def test_relative_links_resolve(page: Path) -> None:
+    # Benchmark pages move between files as they age; a link to a moved page or plot must not
+    # dangle.
+    targets = re.findall(r"\]\(([^)\s]+)\)", page.read_text())
+    local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
+    missing = [t for t in local if not (page.parent / t).exists()]
+    assert not missing, f"{page.name} links to missing files: {missing}"
