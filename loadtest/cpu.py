@@ -27,6 +27,8 @@ GROUPS = (
     "haproxy",
     "raylet",
     "gcs_server",
+    "loadtest.reference",  # the Rust-fronted reference's launcher and its worker
+    "mosec",  # its HTTP front
 )
 OTHER = "ray other"
 FORWARD_THREAD = "forward"

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import callsize, cpu, floor, hops, serving, tally
+from loadtest import callsize, cpu, floor, hops, reference, serving, tally
 from loadtest.clients import ClosedLoop, pool
 from loadtest.httpload import RunResult, bodies
 from loadtest.tinymodel import (
@@ -182,8 +182,13 @@ def run(
     print(f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s", flush=True)
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
     settings = settings.model_copy(update={"backend": backend})
+    clients = client_processes
     payloads = bodies(texts, 1)
     encoder = TextEncoder.load(tiny, settings.max_seq_len)
+    # The Rust-fronted reference first, while no Ray runs: /proc then counts it alone.
+    mosec = reference.measure(
+        tiny, backend, lambda url: measure(url, payloads, plan, "mosec", None, None, clients)
+    )
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         ready = _ready(readyz)
@@ -226,6 +231,7 @@ def run(
         "levels": rows,
         "floor_levels": floor_rows,
         "hops": hop,
+        **({"reference": reference.describe(), "reference_levels": mosec} if mosec else {}),
         **two_tier,
     }
 

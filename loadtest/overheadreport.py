@@ -13,9 +13,13 @@ from loadtest.overhead import (
     SERVER_CPU_MS_PER_REQUEST,
 )
 
+# The service's requests/s over the Rust-fronted reference's (loadtest.reference), at least.
+REFERENCE_RATE_RATIO = 0.8
+
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Server CPU per request and the model replica's own CPU per text, at 64 clients."""
+    """Server CPU per request and the model replica's own CPU per text, at 64 clients; the
+    request rate against the Rust-fronted reference's where it was measured."""
     row = _headline_row(section)
     # The model replica's figure is read where it has a process of its own: the service's
     # layout when that is two tiers, else the extra two-tier level.
@@ -44,7 +48,36 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
             "goal": ADDED_CPU_MS_PER_REQUEST,
             "met": added is not None and added <= ADDED_CPU_MS_PER_REQUEST and not row["errors"],
         },
+        *_reference_targets(section),
     ]
+
+
+def _reference_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request rate against the Rust-fronted reference's, where it was measured."""
+    ratio = _reference_ratio(section)
+    if ratio is None:
+        return []
+    row = _headline_row(section)
+    return [
+        {
+            "name": f"requests/s at {row['concurrency']} clients over the Rust-fronted "
+            "reference's (mosec)",
+            "value": ratio,
+            "goal": REFERENCE_RATE_RATIO,
+            "met": ratio >= REFERENCE_RATE_RATIO and not row["errors"],
+        }
+    ]
+
+
+def _reference_ratio(section: dict[str, Any]) -> float | None:
+    """The service's requests/s over the reference's at the headline level."""
+    row = _headline_row(section)
+    found = [
+        r for r in section.get("reference_levels") or [] if r["concurrency"] == row["concurrency"]
+    ]
+    if not found or not found[0]["requests_per_s"] or found[0]["errors"]:
+        return None
+    return round(float(row["requests_per_s"]) / float(found[0]["requests_per_s"]), 3)
 
 
 def report_lines(section: dict[str, Any]) -> list[str]:
@@ -74,6 +107,8 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         )
     if "floor_levels" in section:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
+    if section.get("reference_levels"):
+        lines += ["", *_reference_lines(section)]
     if section.get("two_tier_levels"):
         lines += ["", *_two_tier_lines(section)]
     if calls := section.get("two_tier_calls"):
@@ -117,6 +152,29 @@ def _floor_lines(section: dict[str, Any]) -> list[str]:
             f"| {f['concurrency']} | {f['requests_per_s']:.1f} | {f['p50_ms']:.1f} | "
             f"{f['p99_ms']:.1f} | {_num(f['server_cpu_ms_per_request'])} | "
             f"{_num(r.get('added_to_floor_cpu_ms_per_request'))} |"
+        )
+    return lines
+
+
+def _reference_lines(section: dict[str, Any]) -> list[str]:
+    """The Rust-fronted reference, level by level, against the service."""
+    ref = section["reference"]
+    lines = [
+        f"The Rust-fronted reference in the same run: {ref['server']} (Rust HTTP front, "
+        f"dynamic batches of up to {ref['max_batch']} texts after a wait of up to "
+        f"{ref['wait_ms']} ms, one Python worker over IPC) serving the same model directory "
+        "the same way: one tokenizer call a batch, the same planned forwards "
+        "(loadtest/reference.py).",
+        "",
+        "| clients | reference requests/s | p50 ms | p99 ms | server CPU ms/request | "
+        "service / reference, requests/s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r, f in zip(section["levels"], section["reference_levels"], strict=True):
+        ratio = r["requests_per_s"] / f["requests_per_s"] if f["requests_per_s"] else None
+        lines.append(
+            f"| {f['concurrency']} | {f['requests_per_s']:.1f} | {f['p50_ms']:.1f} | "
+            f"{f['p99_ms']:.1f} | {_num(f['server_cpu_ms_per_request'])} | {_num(ratio)} |"
         )
     return lines
 

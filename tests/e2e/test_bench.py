@@ -125,7 +125,16 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         )
         added = r["server_cpu_ms_per_request"] - f["server_cpu_ms_per_request"]
         assert abs(r["added_to_floor_cpu_ms_per_request"] - added) < 0.002
-    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1]
+    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1, 0.8]
+    # The Rust-fronted reference (mosec, a dev dependency), at the same levels, alone in /proc.
+    assert section["reference"]["server"].startswith("mosec ")
+    refs = section["reference_levels"]
+    assert [f["concurrency"] for f in refs] == section["plan"]["levels"]
+    for f in refs:
+        assert f["requests"] > 0 and f["errors"] == 0, f
+        assert f["groups"]["loadtest.reference"]["cpu_ms_per_request"] > 0, f["groups"]
+        assert not {"SentimentIngress", "raylet"} & set(f["groups"]), f["groups"]  # no Ray yet
+    assert "Rust-fronted reference in the same run" in table
     # The model replica called directly, by call size: every size answered, its CPU read.
     calls = section["two_tier_calls"]
     assert [r["texts_per_call"] for r in calls["sizes"]] == [1, 8, 32, 128]
@@ -136,7 +145,7 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
     assert "called directly through a handle" in table
     assert "| clients | requests/s |" in table and "Server CPU by process group" in table
     assert "Ray Serve's floor in the same Ray and run" in table
-    assert table.count("\n| 256 | ") == 2  # the service's table and the floor's
+    assert table.count("\n| 256 | ") == 3  # the service's table, the floor's, the reference's
     # What the service adds, split into the model's forwards (as measured, beside one thread
     # at its limit) and the request path.
     row = next(r for r in section["levels"] if r["concurrency"] == 64)

@@ -95,3 +95,38 @@ def test_the_load_generators_own_cores_come_with_each_level() -> None:
     assert RunResult().client_busy_cores == 0.0
     row = level_row(1, result, cpu.Usage(by_group={}, forward_by_group={}, processes={}))
     assert row["client_busy_cores"] == 0.75
+
+
+def _level(concurrency: int, rate: float, errors: int = 0) -> dict[str, Any]:
+    return {
+        **_row(None, ["SentimentIngress"]),
+        "concurrency": concurrency,
+        "requests_per_s": rate,
+        "errors": errors,
+        "p50_ms": 1.0,
+        "p99_ms": 2.0,
+    }
+
+
+def test_the_rate_is_held_against_the_reference_where_it_ran() -> None:
+    levels = [_level(1, 500.0), _level(64, 1500.0), _level(256, 1600.0)]
+    reference = [_level(1, 300.0), _level(64, 2000.0), _level(256, 2100.0)]
+    about = {"server": "mosec 0.9.8", "max_batch": 64, "wait_ms": 10}
+    section = _section(levels, reference=about, reference_levels=reference)
+    rate = overheadreport.targets(section)[-1]
+    assert (rate["value"], rate["goal"], rate["met"]) == (0.75, 0.8, False)  # 1500 / 2000
+    section["levels"][1]["requests_per_s"] = 1700.0
+    assert overheadreport.targets(section)[-1]["met"]  # 0.85
+    lines = "\n".join(overheadreport.report_lines({**section, **_report_extras()}))
+    assert "Rust-fronted reference in the same run: mosec 0.9.8" in lines
+    assert "| 64 | 2000.0 | 1.0 | 2.0 | 0.800 | 0.850 |" in lines
+    # Not measured (mosec not installed), or failing: no rate target at all.
+    assert len(overheadreport.targets(_section(levels))) == 3
+    reference[1]["errors"] = 3
+    assert len(overheadreport.targets(section)) == 3
+
+
+def _report_extras() -> dict[str, Any]:
+    model = {"layers": 2, "hidden": 64, "heads": 2, "intermediate": 128, "tokenizer": "tiny"}
+    plan = {"seconds": 8.0, "warmup_s": 2.0}
+    return {"model": model, "plan": plan, "targets": []}
