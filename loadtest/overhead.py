@@ -182,12 +182,13 @@ def run(
     print(f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s", flush=True)
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
     settings = settings.model_copy(update={"backend": backend})
-    clients = client_processes
     payloads = bodies(texts, 1)
     encoder = TextEncoder.load(tiny, settings.max_seq_len)
     # The Rust-fronted reference first, while no Ray runs: /proc then counts it alone.
     mosec = reference.measure(
-        tiny, backend, lambda url: measure(url, payloads, plan, "mosec", None, None, clients)
+        tiny,
+        backend,
+        lambda url: measure(url, payloads, plan, "mosec", client_processes=client_processes),
     )
     with serving.local_service(settings, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)

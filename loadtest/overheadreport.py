@@ -75,9 +75,16 @@ def _reference_ratio(section: dict[str, Any]) -> float | None:
     found = [
         r for r in section.get("reference_levels") or [] if r["concurrency"] == row["concurrency"]
     ]
-    if not found or not found[0]["requests_per_s"] or found[0]["errors"]:
+    if not found or found[0]["errors"]:
         return None
-    return round(float(row["requests_per_s"]) / float(found[0]["requests_per_s"]), 3)
+    ratio = _rate_over(row, found[0])
+    return None if ratio is None else round(ratio, 3)
+
+
+def _rate_over(service: dict[str, Any], reference: dict[str, Any]) -> float | None:
+    """The service's requests/s over the reference's at one level (None: it answered none)."""
+    rate = float(reference["requests_per_s"])
+    return float(service["requests_per_s"]) / rate if rate else None
 
 
 def report_lines(section: dict[str, Any]) -> list[str]:
@@ -171,7 +178,7 @@ def _reference_lines(section: dict[str, Any]) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for r, f in zip(section["levels"], section["reference_levels"], strict=True):
-        ratio = r["requests_per_s"] / f["requests_per_s"] if f["requests_per_s"] else None
+        ratio = _rate_over(r, f)
         lines.append(
             f"| {f['concurrency']} | {f['requests_per_s']:.1f} | {f['p50_ms']:.1f} | "
             f"{f['p99_ms']:.1f} | {_num(f['server_cpu_ms_per_request'])} | {_num(ratio)} |"

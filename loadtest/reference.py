@@ -24,6 +24,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
@@ -40,12 +41,13 @@ MAX_BATCH = 64  # the overhead target's client count: a full batch is every clie
 WAIT_MS = 10  # mosec's default batching wait; 1 ms read no more at 64 clients
 
 
-_running: dict[str, int] = {}
+@dataclass(frozen=True)
+class Running:
+    """A reference server `serve` started: where to send requests, and its process id (and
+    process group: it runs in a session of its own)."""
 
-
-def running_pid() -> int:
-    """The process id of the reference server `serve` started last (its process group)."""
-    return _running["pid"]
+    url: str
+    pid: int
 
 
 def available() -> bool:
@@ -75,8 +77,8 @@ def measure(
     if not available():
         print("overhead: mosec is not installed (a dev dependency): no reference", flush=True)
         return None
-    with serve(model_dir, free_port(), backend) as url:
-        return asyncio.run(load(url))
+    with serve(model_dir, free_port(), backend) as running:
+        return asyncio.run(load(running.url))
 
 
 def main() -> None:
@@ -96,9 +98,9 @@ def main() -> None:
 
 
 @contextmanager
-def serve(model_dir: Path, port: int, backend: str, ready_s: float = 120.0) -> Iterator[str]:
+def serve(model_dir: Path, port: int, backend: str, ready_s: float = 120.0) -> Iterator[Running]:
     """The reference server on 127.0.0.1:`port` as a child of this process (so /proc counts
-    it as the server: loadtest.cpu); yields its inference URL, ends it and its workers after."""
+    it as the server: loadtest.cpu), once ready; ends it and its workers after."""
     env = {
         **os.environ,
         MODEL_ENV: str(model_dir.resolve()),
@@ -113,10 +115,9 @@ def serve(model_dir: Path, port: int, backend: str, ready_s: float = 120.0) -> I
         child = subprocess.Popen(
             [sys.executable, "-m", "loadtest.reference"], env=env, start_new_session=True
         )
-        _running["pid"] = child.pid
         try:
             _wait_ready(f"http://127.0.0.1:{port}/", child, ready_s)
-            yield f"http://127.0.0.1:{port}/inference"
+            yield Running(f"http://127.0.0.1:{port}/inference", child.pid)
         finally:
             _end(child)
 

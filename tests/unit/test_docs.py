@@ -10,7 +10,8 @@ import pytest
 from service.metrics import EXPORTED_PREFIX, PREFIX
 from service.settings import BatchConfig, Settings
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+ROOT = Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
 
 
 def env_names() -> list[str]:
@@ -25,7 +26,7 @@ def test_every_setting_is_documented(name: str) -> None:
 
 
 def test_every_metric_is_documented() -> None:
-    source = (Path(__file__).parents[2] / "service" / "metrics.py").read_text()
+    source = (ROOT / "service" / "metrics.py").read_text()
     defined = re.findall(r'PREFIX \+ "(\w+)"|_hist\(\s*"(\w+)"', source)
     names = {a or b for a, b in defined}
     assert len(names) >= 15
@@ -37,9 +38,8 @@ def test_every_metric_is_documented() -> None:
 
 
 def _markdown_files() -> list[Path]:
-    root = Path(__file__).parents[2]
-    docs = sorted((root / "docs").glob("*.md"))
-    return [root / "README.md", root / "k8s" / "README.md", root / "training" / "README.md", *docs]
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return [ROOT / "README.md", ROOT / "k8s" / "README.md", ROOT / "training" / "README.md", *docs]
 
 
 @pytest.mark.parametrize("page", _markdown_files(), ids=lambda p: p.name)

@@ -54,8 +54,8 @@ def test_the_reference_answers_as_the_model_and_ends_cleanly(tiny_model_dir: Pat
     assert reference.available(), "mosec is a dev dependency"
     port = free_port()
     texts = SAMPLE_TEXT[:6]
-    with reference.serve(tiny_model_dir, port, "torch") as url:
-        pgid = os.getpgid(reference.running_pid())
+    with reference.serve(tiny_model_dir, port, "torch") as running:
+        url, pgid = running.url, os.getpgid(running.pid)
         # Sent at once, so that mosec may batch them: each still gets its own answer.
         with ThreadPoolExecutor(len(texts)) as pool:
             answers = list(pool.map(lambda t: _post(url, json.dumps({"text": t}).encode()), texts))
