@@ -91,7 +91,7 @@ def service_settings(
 def _cpus_needed(settings: Settings, ingress_replicas: int) -> float:
     # Logical CPUs the deployments reserve (getattr: the ingress tier may not exist yet).
     per_ingress = float(getattr(settings, "ingress_num_cpus", 0.0))
-    return settings.num_cpus + per_ingress * ingress_replicas
+    return settings.num_cpus * settings.num_replicas + per_ingress * ingress_replicas
 
 
 @contextmanager

@@ -119,8 +119,10 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         )
     base = f"http://{settings.host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
+    n = settings.num_replicas
     layout = (
-        "one replica running the model in-process (colocated layout)"
+        f"{'one replica' if n == 1 else f'{n} replicas'} running the model in-process "
+        "(colocated layout)"
         if settings.layout == "colocated"
         else f"{settings.ingress_replicas} ingress replica(s) in front of "
         f"{settings.num_replicas} model replica(s)"

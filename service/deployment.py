@@ -63,10 +63,10 @@ def application(settings: Settings) -> Application:
 
 
 def colocated(settings: Settings) -> Application:
-    """One replica that is ingress and model at once (service/colocated.py): it reserves the
-    model's CPUs and GPUs and runs the model's health check."""
+    """Replicas that are ingress and model at once (service/colocated.py), `num_replicas` of
+    them: each reserves the model's CPUs and GPUs and runs the model's health check."""
     deployment: Deployment = ingress_deployment(settings).options(
-        num_replicas=1,
+        num_replicas=settings.num_replicas,
         health_check_period_s=settings.health_check_period_s,
         health_check_timeout_s=settings.health_check_timeout_s,
         ray_actor_options={"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus},

@@ -164,9 +164,11 @@ class Settings(BaseSettings):
     layout: Literal["two-tier", "colocated"] = Field(
         "two-tier",
         description="`serve` command: model replicas apart from the ingress (two-tier), or "
-        "the model inside the one ingress replica (colocated, for a small CPU-only machine).",
+        "the model inside each ingress replica (colocated, for a small CPU-only machine).",
     )
-    num_replicas: int = Field(1, ge=1, description="Model replicas (one per GPU).")
+    num_replicas: int = Field(
+        1, ge=1, description="Model replicas (one per GPU); colocated, replicas of both at once."
+    )
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per model replica; 1 in production.")
     num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per model replica.")
     ingress_replicas: int = Field(1, ge=1, description="HTTP ingress replicas (scale with cores).")
@@ -260,6 +262,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"window_overlap ({self.window_overlap}) must be at most half of max_seq_len "
                 f"({self.max_seq_len}), or windows would barely advance"
+            )
+        if self.layout == "colocated" and self.ingress_replicas != 1:
+            raise ValueError(
+                f"ingress_replicas ({self.ingress_replicas}) must be 1 in the colocated layout: "
+                "each of its num_replicas replicas is an ingress and a model at once"
             )
         if self.batch.max_pending_texts < self.max_texts_per_request:
             raise ValueError(

@@ -48,3 +48,21 @@ def test_serve_picks_the_colocated_layout_only_on_a_small_cpu_machine(
     assert local_layout(Settings()) == "two-tier"
     monkeypatch.setenv("SENTIMENT_LAYOUT", "colocated")
     assert local_layout(Settings()) == "colocated"
+
+
+def test_colocated_runs_as_many_replicas_as_asked(tiny_model_dir: Path) -> None:
+    from service.deployment import app_for
+    from service.settings import Settings
+
+    settings = Settings(model_path=tiny_model_dir, layout="colocated", num_replicas=2)
+    deployment = app_for(settings)._bound_deployment
+    assert deployment.name == "SentimentIngress" and deployment.num_replicas == 2
+
+
+def test_colocated_refuses_an_ingress_replica_count(tiny_model_dir: Path) -> None:
+    # Each co-located replica is an ingress: a count for the ingress tier alone has no meaning
+    # there, and used to be dropped without a word.
+    env = {"SENTIMENT_LAYOUT": "colocated", "SENTIMENT_INGRESS_REPLICAS": "2", "PATH": "/usr/bin"}
+    result = run_cli("serve", "--model-path", str(tiny_model_dir), env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "ingress_replicas (2) must be 1 in the colocated layout" in result.stderr
