@@ -12,7 +12,7 @@ from typing import Any
 
 from service.auth import ApiKeys, KeysFileError
 from service.model import ModelLoadError, check_model_dir
-from service.settings import Settings, local_layout
+from service.settings import Settings, local_layout, local_threads
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,10 +86,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     # the replica and the proxy. Keep them at normal priority unless told otherwise.
     os.environ.setdefault("RAY_worker_niceness", "0")
     settings = settings.model_copy(update={"layout": local_layout(settings)})
-    if settings.torch_threads is None and settings.num_gpus == 0:
-        # Ray would give a CPU replica one thread (OMP_NUM_THREADS = its num_cpus); locally
-        # the model is the machine's main work, so let its forwards use every core.
-        settings = settings.model_copy(update={"torch_threads": os.cpu_count()})
+    settings = settings.model_copy(update={"torch_threads": local_threads(settings)})
     if address:
         ray.init(address=address)
     else:

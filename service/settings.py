@@ -280,6 +280,15 @@ class Settings(BaseSettings):
 SMALL_MACHINE_CORES = 4
 
 
+def local_threads(settings: Settings) -> int | None:
+    """Intra-op threads of each model replica a local `serve` starts, unless set: Ray would
+    give a CPU replica one (OMP_NUM_THREADS = its num_cpus), but locally the model is the
+    machine's main work, so its replicas share every core between them (one replica: all)."""
+    if settings.torch_threads is not None or settings.num_gpus > 0:
+        return settings.torch_threads
+    return max(1, (os.cpu_count() or 1) // settings.num_replicas)
+
+
 def local_layout(settings: Settings) -> str:
     """The layout when none is set (`make serve`, `make bench`): co-located on a small
     CPU-only machine serving one replica of each tier, where it measured faster at every

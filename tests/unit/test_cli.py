@@ -66,3 +66,14 @@ def test_colocated_refuses_an_ingress_replica_count(tiny_model_dir: Path) -> Non
     result = run_cli("serve", "--model-path", str(tiny_model_dir), env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "ingress_replicas (2) must be 1 in the colocated layout" in result.stderr
+
+
+def test_local_model_replicas_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.settings import Settings, local_threads
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert local_threads(Settings()) == 8  # one replica: every core
+    assert local_threads(Settings(num_replicas=2)) == 4  # not 2 x 8 threads on 8 cores
+    assert local_threads(Settings(num_replicas=16)) == 1
+    assert local_threads(Settings(num_replicas=2, torch_threads=3)) == 3  # set: kept
+    assert local_threads(Settings(num_gpus=1)) is None  # a GPU replica picks its own
