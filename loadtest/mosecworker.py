@@ -9,16 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 from mosec import Worker
 from mosec.errors import DecodingError
 
+from loadtest.parity import probabilities
 from loadtest.reference import BACKEND_ENV, MODEL_ENV
-from service.batching import plan_micro_batches
 from service.calibration import calibrate
 from service.model import SentimentModel
-
-BUDGET = 4096  # padded tokens a forward: the service's default
+from service.settings import BatchConfig
 
 
 class TinyClassifier(Worker):
@@ -30,7 +28,8 @@ class TinyClassifier(Worker):
         backend = os.environ.get(BACKEND_ENV, "onnx")
         self.model = SentimentModel.load(path, device="cpu", backend=backend, threads=1)
         # The forward's fixed cost in tokens, measured here as the service measures it.
-        self.overhead = calibrate(self.model, BUDGET).overhead_tokens or 0
+        budget = BatchConfig().micro_batch_tokens  # padded tokens a forward, as served
+        self.overhead = calibrate(self.model, budget).overhead_tokens or 0
 
     def deserialize(self, data: bytes) -> str:
         try:
@@ -47,10 +46,7 @@ class TinyClassifier(Worker):
 
     def forward(self, texts: list[str]) -> list[dict[str, Any]]:
         labels = self.model.labels
-        ids = [e.ids for e in self.model.encode(texts)]
-        probs = np.empty((len(ids), len(labels)), dtype=np.float32)
-        for group in plan_micro_batches([len(i) for i in ids], BUDGET, self.overhead):
-            probs[group] = self.model.predict([ids[i] for i in group]).numpy()
+        probs = probabilities(self.model, texts, self.overhead)
         return [
             {"label": labels[int(p.argmax())], "probs": dict(zip(labels, p.tolist(), strict=True))}
             for p in probs

@@ -54,10 +54,10 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _reference_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     """The request rate against the Rust-fronted reference's, where it was measured."""
-    ratio = _reference_ratio(section)
+    row = _headline_row(section)
+    ratio = _reference_ratio(section, row)
     if ratio is None:
         return []
-    row = _headline_row(section)
     return [
         {
             "name": f"requests/s at {row['concurrency']} clients over the Rust-fronted "
@@ -69,9 +69,8 @@ def _reference_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _reference_ratio(section: dict[str, Any]) -> float | None:
-    """The service's requests/s over the reference's at the headline level."""
-    row = _headline_row(section)
+def _reference_ratio(section: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """The service's requests/s over the reference's at the headline level (`row`)."""
     found = [
         r for r in section.get("reference_levels") or [] if r["concurrency"] == row["concurrency"]
     ]

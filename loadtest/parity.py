@@ -56,12 +56,15 @@ def held_out(data_dir: Path) -> tuple[list[str], npt.NDArray[np.int64]]:
     return [e.text for e in test], np.array([e.label for e in test])
 
 
-def probabilities(model: SentimentModel, texts: list[str]) -> npt.NDArray[np.float32]:
-    """Probabilities for every text, computed in the service's length-sorted forwards."""
+def probabilities(
+    model: SentimentModel, texts: list[str], overhead: int = 192
+) -> npt.NDArray[np.float32]:
+    """Probabilities for every text, computed in the service's length-sorted forwards at its
+    default budget, planned with `overhead` (a forward's fixed cost in tokens)."""
     ids = [e.ids for e in model.encode(texts)]
     out = np.zeros((len(texts), len(model.labels)), dtype=np.float32)
     budget = BatchConfig().micro_batch_tokens
-    for group in plan_micro_batches([len(i) for i in ids], budget, 192):
+    for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
         out[group] = model.predict([ids[i] for i in group]).numpy()
     return out
 
