@@ -1,4 +1,4 @@
-"""What the model core counts about itself (service.modelcore.Tally), read from /readyz around
+"""What the model core counts about itself (service.batchrun.Tally), read from /readyz around
 a measured run: texts per dynamic batch and per forward, and the CPU of the forwards run on its
 event loop. /readyz answers from one model replica: the bench serves one."""
 

@@ -10,13 +10,11 @@ and one status array per call.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -25,57 +23,20 @@ import torch
 from ray import serve
 
 from service.batcher import Batcher
-from service.batching import PAD_MULTIPLE, padded_cost, plan_micro_batches
+from service.batching import PAD_MULTIPLE
+from service.batchrun import COUNTED, BatchRunner, Job
 from service.calibration import Calibration, calibrate
-from service.encoding import EXPIRED, Packed, Scored
+from service.encoding import Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.forwards import Forwards, forward_pools
 from service.health import Watchdog
 from service.metrics import ModelMetrics
 from service.model import dtype_name
 from service.placement import inline_limit_s, intra_op_threads, load_model, parallel_forwards
-from service.retry import Computed, expired_scores
+from service.retry import expired_scores
 from service.settings import BatchConfig, Settings
 
 logger = logging.getLogger("ray.serve")
-
-Probs = npt.NDArray[np.float32]
-
-
-@dataclass
-class Job:
-    """One call's texts waiting in the model replica."""
-
-    packed: Packed
-    deadlines: npt.NDArray[np.float64]  # time.monotonic() per text
-    arrived: float
-
-    @property
-    def texts(self) -> int:
-        return len(self.packed)
-
-    @property
-    def tokens(self) -> int:
-        return int(self.packed.offsets[-1])
-
-
-@dataclass
-class Tally:
-    """What the core has done since it started (/readyz; the bench reads it around each run).
-    `loop_forward_cpu_s`: the loop thread's CPU in forwards run on it, which /proc counts as the
-    loop's own work (exact with one intra-op thread, as in the bench's tiny-model run)."""
-
-    batches: int = 0
-    batched_texts: int = 0
-    forwards: int = 0
-    loop_forward_cpu_s: float = 0.0
-    forward_texts: int = 0
-    forward_tokens: int = 0  # padding excluded
-    forward_padded_tokens: int = 0
-
-
-# Tally fields the gauges thread publishes as counters of the same names (ModelMetrics).
-COUNTED = ("forward_texts", "forward_tokens", "forward_padded_tokens")
 
 
 class ModelCore:
@@ -103,19 +64,8 @@ class ModelCore:
             else f"{self.parallel} thread(s), {narrow} intra-op thread(s) each when busy",
         )
         self.batch = s.batch
-        self.batcher: Batcher[Job, Scored] = Batcher(
-            self._run,
-            size=lambda job: job.tokens,
-            count=lambda job: job.texts,
-            max_items=s.batch.max_batch_texts,
-            max_size=s.batch.max_batch_tokens,
-            wait_s=s.batch.batch_wait_timeout_s,
-            deadline=lambda job: float(job.deadlines.max()),
-            expired=lambda job: expired_scores(job.texts, len(self.model.labels)),
-            concurrency=self.parallel,
-        )
-        # Forwards run off the event loop so calls keep arriving (and batches keep filling)
-        # while the model computes; one thread per forward computed at once.
+        # Forwards the loop would wait long for run off it, so calls keep arriving (and
+        # batches keep filling) while the model computes; one thread per forward at once.
         self.watchdog = Watchdog(s.health_stall_s)
         failures = self.metrics.forward_failures
         self.forwards = Forwards(self.model, self.narrow, self.parallel, self.watchdog, s, failures)
@@ -125,7 +75,20 @@ class ModelCore:
         with forward_pools():
             self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
-        self.tally = Tally()
+        labels = len(self.model.labels)
+        runner = BatchRunner(self.forwards, labels, self.metrics, self._runs_inline, self._plan)
+        self.tally = runner.tally
+        self.batcher: Batcher[Job, Scored] = Batcher(
+            runner.run,
+            size=lambda job: job.tokens,
+            count=lambda job: job.texts,
+            max_items=s.batch.max_batch_texts,
+            max_size=s.batch.max_batch_tokens,
+            wait_s=s.batch.batch_wait_timeout_s,
+            deadline=lambda job: float(job.deadlines.max()),
+            expired=lambda job: expired_scores(job.texts, labels),
+            concurrency=self.parallel,
+        )
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
             tokens = (self.inline_max_s - found.fixed_s) / max(found.per_token_s, 1e-12)
@@ -176,82 +139,6 @@ class ModelCore:
         now = time.monotonic()
         return await self.batcher.submit(Job(packed, now + budgets_s.astype(np.float64), now))
 
-    async def _run(self, jobs: list[Job]) -> AsyncIterator[list[tuple[int, Scored]]]:
-        """One dynamic batch: drop expired texts, forward length-sorted micro-batches off the
-        event loop, and answer each call as soon as its last text is computed."""
-        now = time.monotonic()
-        counts = np.array([job.texts for job in jobs])
-        owner = np.repeat(np.arange(len(jobs)), counts)  # the call each text belongs to
-        starts = np.concatenate(([0], np.cumsum(counts)))
-        lengths = np.concatenate([job.packed.lengths() for job in jobs])
-        live = np.flatnonzero(np.concatenate([job.deadlines for job in jobs]) > now)
-        probs = np.zeros((len(owner), len(self.model.labels)), dtype=np.float32)
-        status = np.full(len(owner), EXPIRED, dtype=np.uint8)
-        left = np.bincount(owner[live], minlength=len(jobs))
-        for job in jobs:
-            self.metrics.queue_wait.observe(now - job.arrived)
-
-        def answers(done: Iterable[int]) -> list[tuple[int, Scored]]:
-            spans = [(int(k), slice(starts[k], starts[k + 1])) for k in done]
-            return [(k, (probs[span], status[span])) for k, span in spans]
-
-        if (left == 0).any():  # calls whose every text expired
-            yield answers(np.flatnonzero(left == 0))
-        if not len(live):
-            return
-        self.metrics.batch_texts.observe(len(live))
-        self.tally.batches += 1
-        self.tally.batched_texts += len(live)
-        overhead = self._overhead()
-        budget = self.batch.micro_batch_tokens
-
-        def computed(
-            texts: npt.NDArray[np.intp], group_lengths: list[int], result: Computed, on: str
-        ) -> list[int]:
-            """Note one forward's answers; the calls it completed."""
-            out, ok, seconds = result
-            probs[texts], status[texts] = out, ok
-            before = left.copy()
-            np.subtract.at(left, owner[texts], 1)
-            tally = self.tally
-            tally.forwards += 1
-            tally.forward_texts += len(group_lengths)
-            tally.forward_tokens += sum(group_lengths)
-            tally.forward_padded_tokens += padded_cost(group_lengths)
-            self.metrics.forward.observe(seconds, tags={"on": on})
-            return np.flatnonzero((left == 0) & (before > 0)).tolist()
-
-        # Forwards too long for the loop all go to the forward threads at once, in plan order:
-        # a free thread takes the next, so a large batch's forwards compute side by side
-        # rather than one after another while the other thread serves small batches.
-        threaded: dict[asyncio.Future[Computed], tuple[npt.NDArray[np.intp], list[int]]] = {}
-        try:
-            for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
-                texts = live[group]
-                calls = owner[texts]
-                rows = [
-                    jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)
-                ]
-                group_lengths = lengths[texts].tolist()
-                if not self._runs_inline(padded_cost(group_lengths)):
-                    threaded[self.forwards.run(rows)] = texts, group_lengths
-                    continue
-                cpu0 = time.thread_time()
-                result = self.forwards.alone(rows)
-                self.tally.loop_forward_cpu_s += time.thread_time() - cpu0
-                if finished := computed(texts, group_lengths, result, "event_loop"):
-                    yield answers(finished)
-                await asyncio.sleep(0)  # let the loop read new requests and send answers
-            order, pending = {forward: i for i, forward in enumerate(threaded)}, set(threaded)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for forward in sorted(done, key=order.__getitem__):
-                    if finished := computed(*threaded[forward], forward.result(), "thread"):
-                        yield answers(finished)
-        finally:  # the batch failed or was abandoned: its queued forwards need not run
-            for forward in threaded:
-                forward.cancel()
-
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.
         A hand-off to a forward thread and back costs about 0.1-0.2 ms of CPU on a slow core, a
@@ -261,6 +148,10 @@ class ModelCore:
         if found is None or self.inline_max_s <= 0:
             return False
         return found.seconds(padded_tokens) <= self.inline_max_s
+
+    def _plan(self) -> tuple[int, int]:
+        """The forward budget and overhead the next batch is planned with."""
+        return self.batch.micro_batch_tokens, self._overhead()
 
     def _overhead(self) -> int:
         measured = self.calibration.overhead_tokens if self.calibration else None
