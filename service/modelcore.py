@@ -4,8 +4,8 @@ the ingress's own process.
 
 It does no per-request work. Each call carries the texts of many HTTP requests as two arrays
 (ids and offsets) with a time budget per text; calls are coalesced into dynamic batches when
-the model is free, cut into length-sorted forwards, and answered with one probability array
-and one status array per call.
+the model is free (service.batcher), cut into length-sorted forwards (service.batchrun), and
+answered with one probability array and one status array per call.
 """
 
 from __future__ import annotations
