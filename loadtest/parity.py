@@ -57,14 +57,16 @@ def held_out(data_dir: Path) -> tuple[list[str], npt.NDArray[np.int64]]:
 
 
 def probabilities(
-    model: SentimentModel, texts: list[str], overhead: int = 192
+    model: SentimentModel, texts: list[str], overhead: int | None = None
 ) -> npt.NDArray[np.float32]:
     """Probabilities for every text, computed in the service's length-sorted forwards at its
-    default budget, planned with `overhead` (a forward's fixed cost in tokens)."""
+    default budget, planned with `overhead` (a forward's fixed cost in tokens; unset, the
+    service's CPU default)."""
     ids = [e.ids for e in model.encode(texts)]
     out = np.zeros((len(texts), len(model.labels)), dtype=np.float32)
-    budget = BatchConfig().micro_batch_tokens
-    for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
+    config = BatchConfig()
+    planned = config.overhead_for("cpu") if overhead is None else overhead
+    for group in plan_micro_batches([len(i) for i in ids], config.micro_batch_tokens, planned):
         out[group] = model.predict([ids[i] for i in group]).numpy()
     return out
 
