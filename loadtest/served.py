@@ -129,58 +129,57 @@ async def serve_and_measure(
     budget: int,
     on_gpu: bool,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """The service and the naive app over HTTP at every level of the plan: their runs, the
-    service's latency at half its best single-text rate, and (with `--profile-s`) where its
-    replicas' Python went at the top single-text level (loadtest.profile)."""
+    """The service and then the naive app over HTTP at every level of the plan: their runs,
+    the service's latency at half its best single-text rate, and (with `--profile-s`) where
+    its replicas' Python went at the top single-text level (loadtest.profile)."""
     ingress, replicas = args.ingress, args.ingress_replicas
-    print(f"service ({replicas} ingress replicas) and naive app behind {ingress}", flush=True)
+    line = f"service ({replicas} ingress replicas), then the naive app, behind {ingress}"
+    print(line, flush=True)
     apps = serving.local_apps(
         model_path, threads, budget, on_gpu, args.device, args.dtype, ingress, replicas
     )
-    with apps as urls:
+    with apps as bench:
+        url = bench.service()
         async with pool(args.client_processes) as load:
-            service_runs, naive_runs, half = await _levels(urls, texts, plan, load)
+            service_runs = await _levels("service", url, texts, plan, load)
+        half = await _half_load(url, texts, service_runs, plan)
         half["ingress"] = ingress
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak
         profiled: dict[str, Any] = {}
         if args.profile_s > 0:  # after the measured runs: py-spy's CPU is not the server's
             singles = bodies(texts, 1)
             c = max(plan.singles)
-            profiled = await profile.run(urls["service"], singles, c, args.profile_s, args.out)
+            profiled = await profile.run(url, singles, c, args.profile_s, args.out)
             print("\n".join(profile.lines(profiled)), flush=True)
+        url = bench.naive()  # in the service's place
+        async with pool(args.client_processes) as load:
+            naive_runs = await _levels("naive", url, texts, plan, load)
     return service_runs, naive_runs, half, profiled
 
 
 async def _levels(
-    urls: dict[str, str], texts: list[str], plan: Plan, load: ClosedLoop
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """The service's and the naive app's runs at every level, and the service's half-load run."""
-    service_runs: list[dict[str, Any]] = []
-    naive_runs: list[dict[str, Any]] = []
-    half: dict[str, Any] = {}
+    target: str, url: str, texts: list[str], plan: Plan, load: ClosedLoop
+) -> list[dict[str, Any]]:
+    """One app's runs at every level of the plan, single-text and multi-text."""
+    runs: list[dict[str, Any]] = []
+    readyz = serving.readyz_url(url) if target == "service" else None
     for per_request, levels in [(1, plan.singles), (plan.multi_size, plan.multis)]:
         payloads = bodies(texts, per_request)
         for c in levels:
-            for target, rows in (("service", service_runs), ("naive", naive_runs)):
-                readyz = serving.readyz_url(urls[target]) if target == "service" else None
-                r, used = await measure(urls[target], payloads, c, plan, readyz, load)
-                rows.append({**row(target, per_request, c, r), **used})
-                print(
-                    f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
-                    f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
-                    f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
-                    f"  model replica {used['model_replica_busy_cores']} cores busy"
-                    f" (forward thread {used['forward_thread_busy_cores']})"
-                    f"  client {r.client_busy_cores} cores",
-                    flush=True,
-                )
-                if target == "service" and used["model_replica_threads"]:
-                    print(threads_line(used), flush=True)
-        if per_request == 1:
-            # Before the multi-text runs: the naive endpoint keeps computing requests its
-            # clients gave up on there, and that work would land in this latency run.
-            half = await _half_load(urls["service"], texts, service_runs, plan)
-    return service_runs, naive_runs, half
+            r, used = await measure(url, payloads, c, plan, readyz, load)
+            runs.append({**row(target, per_request, c, r), **used})
+            print(
+                f"{target:8s} {per_request:3d} text(s) x c={c:3d}: "
+                f"{r.texts_per_s:8.1f} texts/s  p99 {r.percentile(0.99) * 1000:7.1f} ms"
+                f"  errors {r.errors}  server CPU {used['server_cpu_ms_per_text']} ms/text"
+                f"  model replica {used['model_replica_busy_cores']} cores busy"
+                f" (forward thread {used['forward_thread_busy_cores']})"
+                f"  client {r.client_busy_cores} cores",
+                flush=True,
+            )
+            if target == "service" and used["model_replica_threads"]:
+                print(threads_line(used), flush=True)
+    return runs
 
 
 async def _half_load(

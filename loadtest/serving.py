@@ -33,6 +33,8 @@ _state: dict[str, int] = {}
 
 
 SERVICE_APP = "bench-overhead"  # the application `local_service` runs
+BENCH_SERVICE = "bench-service"  # and the one `local_apps` runs
+NAIVE_CPUS = 1.0
 CLASSIFY_SUFFIX = "/service/v1/classify"  # a local service's classify URL after its base
 
 
@@ -202,6 +204,41 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+class BenchApps:
+    """The bench's applications on its Ray, one at a time: the service, then the naive app in
+    its place. An idle Serve replica costs Ray's worker 10-12 ms of CPU a second (its timers
+    and metrics): deployed beside the service, the baseline took that from the service's runs
+    (0.5% of two cores)."""
+
+    def __init__(
+        self, base: str, settings: Settings, naive_args: tuple[str, int, str, str]
+    ) -> None:
+        self.base, self.settings, self.naive_args = base, settings, naive_args
+        self.gpus = settings.num_gpus
+
+    def service(self) -> str:
+        """Deploy the service; its classify URL once it runs."""
+        from ray import serve
+
+        from service.deployment import app_for
+
+        serve.run(app_for(self.settings), name=BENCH_SERVICE, route_prefix="/service")
+        return f"{self.base}{CLASSIFY_SUFFIX}"
+
+    def naive(self) -> str:
+        """Replace the service with the naive app; its URL once it runs."""
+        from ray import serve
+
+        from loadtest.naive import NaiveClassifier
+
+        serve.delete(BENCH_SERVICE)
+        naive = NaiveClassifier.options(  # type: ignore[attr-defined]
+            ray_actor_options={"num_cpus": NAIVE_CPUS, "num_gpus": self.gpus}
+        ).bind(*self.naive_args)
+        serve.run(naive, name="bench-naive", route_prefix="/naive")
+        return f"{self.base}/naive"
+
+
 @contextmanager
 def local_apps(
     model_path: Path,
@@ -212,30 +249,20 @@ def local_apps(
     dtype: str,
     ingress: str = "haproxy",
     ingress_replicas: int = 1,
-) -> Iterator[dict[str, str]]:
-    """Yield the classify URLs of the service and the naive app; tear everything down after."""
-    from ray import serve
-
-    from loadtest.naive import NaiveClassifier
-    from service.deployment import app_for
-
-    gpus = 0.5 if on_gpu else 0.0  # both apps share the one GPU of a bench machine
+) -> Iterator[BenchApps]:
+    """A local Ray Serve for the service and the naive app (`BenchApps`); torn down after."""
     settings = service_settings(
-        model_path, threads, device, dtype, ingress_replicas, gpus=gpus, budget=budget
+        model_path,
+        threads,
+        device,
+        dtype,
+        ingress_replicas,
+        gpus=1.0 if on_gpu else 0.0,
+        budget=budget,
     )
-    naive_cpus = 1.0
-    with ray_serve(ingress, _cpus_needed(settings, ingress_replicas) + naive_cpus) as base:
-        naive = NaiveClassifier.options(  # type: ignore[attr-defined]
-            ray_actor_options={"num_cpus": naive_cpus, "num_gpus": gpus}
-        ).bind(str(model_path.resolve()), threads, device, dtype)
-        # Deployed together: their replicas start (load, warm up) side by side, ~10 s sooner.
-        serve.run_many(
-            [
-                serve.RunTarget(app_for(settings), name="bench-service", route_prefix="/service"),
-                serve.RunTarget(naive, name="bench-naive", route_prefix="/naive"),
-            ]
-        )
-        yield {"service": f"{base}{CLASSIFY_SUFFIX}", "naive": f"{base}/naive"}
+    cpus = max(_cpus_needed(settings, ingress_replicas), NAIVE_CPUS)
+    with ray_serve(ingress, cpus) as base:
+        yield BenchApps(base, settings, (str(model_path.resolve()), threads, device, dtype))
 
 
 @contextmanager
