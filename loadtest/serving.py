@@ -214,7 +214,6 @@ class BenchApps:
         self, base: str, settings: Settings, naive_args: tuple[str, int, str, str]
     ) -> None:
         self.base, self.settings, self.naive_args = base, settings, naive_args
-        self.gpus = settings.num_gpus
 
     def service(self) -> str:
         """Deploy the service; its classify URL once it runs."""
@@ -233,7 +232,7 @@ class BenchApps:
 
         serve.delete(BENCH_SERVICE)
         naive = NaiveClassifier.options(  # type: ignore[attr-defined]
-            ray_actor_options={"num_cpus": NAIVE_CPUS, "num_gpus": self.gpus}
+            ray_actor_options={"num_cpus": NAIVE_CPUS, "num_gpus": self.settings.num_gpus}
         ).bind(*self.naive_args)
         serve.run(naive, name="bench-naive", route_prefix="/naive")
         return f"{self.base}/naive"
