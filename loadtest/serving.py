@@ -125,6 +125,7 @@ def ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
 
 
 def _ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
+    lifecycle.trim_background()
     if ingress == "haproxy":
         lifecycle.use_haproxy()
         # HAProxy's stats and metrics listeners default to fixed ports; a second run on the

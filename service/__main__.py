@@ -73,8 +73,9 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
     from service import drain, lifecycle, reaper
 
+    lifecycle.trim_background()  # read by Ray at import time, here and in its workers
     if settings.haproxy:
-        lifecycle.use_haproxy()  # read by Ray at import time, here and in its workers
+        lifecycle.use_haproxy()
     import ray
     from ray import serve
 

@@ -1,5 +1,5 @@
-"""Starting Ray Serve in its high-throughput mode with its background work trimmed, and making
-sure stopping it frees the port.
+"""Starting Ray Serve with its background work trimmed, in its high-throughput mode by default,
+and making sure stopping it frees the port.
 
 Ray reads these switches from the environment when its modules are imported, in the
 driver and in every worker it starts, so they are set before `import ray`. The HAProxy
@@ -17,6 +17,9 @@ from pathlib import Path
 HAPROXY_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",  # HAProxy on the HTTP port, in front of the ingress
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",  # direct ingress, user code on the replica's loop
+}
+# Whatever the ingress: Ray's background work, trimmed where nothing needs it faster.
+LEAN_ENV = {
     # Serve's controller wakes 10 times a second by default; twice is enough for deploys,
     # health checks and autoscaling, and halves the CPU Ray spends while idle (measured).
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
@@ -38,6 +41,13 @@ LOCAL_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 def use_haproxy(local: bool = True) -> None:
     """Switch the Ray about to start to HAProxy ingress (values already set are kept)."""
     for key, value in {**HAPROXY_ENV, **(LOCAL_ENV if local else {})}.items():
+        os.environ.setdefault(key, value)
+
+
+def trim_background() -> None:
+    """Trim the background work of the Ray about to start, whatever its ingress (values
+    already set are kept)."""
+    for key, value in LEAN_ENV.items():
         os.environ.setdefault(key, value)
 
 

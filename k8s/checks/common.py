@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from service.lifecycle import HAPROXY_ENV
+from service.lifecycle import HAPROXY_ENV, LEAN_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
@@ -20,9 +20,9 @@ Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # model replicas (one per GPU).
 INGRESS_DEPLOYMENT = "SentimentIngress"
 MODEL_DEPLOYMENT = "SentimentModel"
-# Ray Serve's high-throughput ingress and lean controller loop, as `make serve` sets them
-# (service.lifecycle); every Ray node must start with the same values.
-HIGH_THROUGHPUT_ENV = dict(HAPROXY_ENV)
+# Ray Serve's high-throughput ingress and Ray's trimmed background work, as `make serve` sets
+# them (service.lifecycle); every Ray node must start with the same values.
+HIGH_THROUGHPUT_ENV = {**HAPROXY_ENV, **LEAN_ENV}
 # Labels KubeRay adds to the pods it creates, on top of the template's own.
 RAY_NODE_TYPE = "ray.io/node-type"
 

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from service.lifecycle import HAPROXY_ENV, listeners, stop_listeners, use_haproxy
+from service.lifecycle import (
+    HAPROXY_ENV,
+    LEAN_ENV,
+    listeners,
+    stop_listeners,
+    trim_background,
+    use_haproxy,
+)
 from tests.net import free_port
 
 SERVER = """
@@ -64,6 +71,19 @@ def test_use_haproxy_keeps_values_already_set(monkeypatch: pytest.MonkeyPatch) -
     use_haproxy()
     assert all(os.environ[key] == value for key, value in HAPROXY_ENV.items())
     assert os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "7"
+
+
+def test_background_trimmed_apart_from_the_ingress(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Behind Ray's Python proxy (SENTIMENT_HAPROXY=false) Ray's background is trimmed too,
+    # without switching HAProxy on; a value already set wins.
+    for key in {**HAPROXY_ENV, **LEAN_ENV}:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_SERVE_METRICS_EXPORT_INTERVAL_MS", "250")
+    trim_background()
+    assert not set(HAPROXY_ENV) & set(os.environ)
+    assert os.environ["RAY_SERVE_METRICS_EXPORT_INTERVAL_MS"] == "250"
+    others = {k: v for k, v in LEAN_ENV.items() if k != "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS"}
+    assert others and all(os.environ[key] == value for key, value in others.items())
 
 
 WAITER = """
