@@ -6,7 +6,6 @@ everything else (health, readiness, OpenAPI docs, unknown routes) goes to a Fast
 """
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -48,6 +47,7 @@ from service.http import (
 )
 from service.metrics import IngressMetrics
 from service.modeldir import check_model_dir
+from service.render import answer_bytes, json_bytes
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
 from service.settings import BatchConfig, Settings
 
@@ -192,12 +192,12 @@ class SentimentIngress:
         except ServiceError as exc:
             status = exc.status
             self._counts["rejected", exc.reason] += 1
-            return status, _json(exc.body()), exc.headers
+            return status, json_bytes(exc.body()), exc.headers
         except Exception:
             status = 500
             logger.exception("classify failed")
             error = InternalError()
-            return 500, _json(error.body()), {}
+            return 500, json_bytes(error.body()), {}
         finally:
             self.metrics.request_latency.observe(time.monotonic() - start, {"status": str(status)})
             self._counts["status", str(status)] += 1
@@ -231,24 +231,7 @@ class SentimentIngress:
         self._counts["texts", ""] += len(texts)
         self._counts["truncated", ""] += sum(reply.truncated)
         self._windows.update(w for w in reply.windows if w > 1)
-        return 200, self._render(reply), {}
-
-    def _render(self, reply: Reply) -> bytes:
-        labels = self.labels
-        results = []
-        rows = zip(reply.probs.tolist(), reply.truncated, reply.windows, strict=True)
-        for probs, truncated, windows in rows:
-            best = max(range(len(labels)), key=probs.__getitem__)
-            results.append(
-                {
-                    "label": labels[best],
-                    "score": probs[best],
-                    "probabilities": dict(zip(labels, probs, strict=True)),
-                    "truncated": truncated,
-                    "windows": windows,
-                }
-            )
-        return _json({"model": self.name, "results": results})
+        return 200, answer_bytes(self.name, self.labels, reply), {}
 
     def _call_model(self, packed: Packed, budgets: Any) -> Awaitable[Scored]:
         """The handle call itself (a `DeploymentResponse`), so the failover can see whether a
@@ -298,7 +281,3 @@ class SentimentIngress:
 def _expire(future: asyncio.Future[Reply], timeout: float) -> None:
     if not future.done():
         future.set_exception(DeadlineExceeded(f"not answered within the {timeout:g}s deadline"))
-
-
-def _json(document: Any) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
