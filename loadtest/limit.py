@@ -156,9 +156,10 @@ def at_a_time(
     return [AtATime(n, best[n], best_all) for n in known]
 
 
-def single_text_ms(model: SentimentModel, texts: list[str], count: int = 64) -> float:
+def single_text_ms(model: SentimentModel, texts: list[str], count: int | None = None) -> float:
     """Median milliseconds to encode and forward one text alone, in this process: what a lone
-    request would cost with no serving around it (the idle-penalty baseline)."""
+    request would cost with no serving around it (the idle-penalty baseline). Over every text
+    by default: the bench's one client sends each of them."""
     model.predict([model.encode(texts[:1])[0].ids])  # warm
     times = []
     for text in texts[:count]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,10 +129,13 @@ async def serve_and_measure(
     threads: int,
     budget: int,
     on_gpu: bool,
+    alone_ms: Callable[[], float] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """The service and then the naive app over HTTP at every level of the plan: their runs,
     the service's latency at half its best single-text rate, and (with `--profile-s`) where
-    its replicas' Python went at the top single-text level (loadtest.profile)."""
+    its replicas' Python went at the top single-text level (loadtest.profile). `alone_ms`
+    measures one in-process forward of a text alone: the service's lone-client row gets it,
+    measured beside the idle service just before that row's run (`alone_ms` in the row)."""
     ingress, replicas = args.ingress, args.ingress_replicas
     line = f"service ({replicas} ingress replicas), then the naive app, behind {ingress}"
     print(line, flush=True)
@@ -140,8 +144,16 @@ async def serve_and_measure(
     )
     with apps as bench:
         url = bench.service()
+        # The idle penalty's baseline, again, in the same minute as the one-client run it is
+        # subtracted from: measured with the limit, minutes earlier, it read 4.5-6.5 ms on the
+        # same code as the machine's speed drifted.
+        alone = round(alone_ms(), 2) if alone_ms else None
         async with pool(args.client_processes) as load:
             service_runs = await _levels("service", url, texts, plan, load)
+        if alone is not None:
+            lone = min((r for r in service_runs if r["texts_per_request"] == 1),
+                       key=lambda r: r["concurrency"])  # fmt: skip
+            lone["alone_ms"] = alone
         half = await _half_load(url, texts, service_runs, plan)
         half["ingress"] = ingress
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak

@@ -73,6 +73,11 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
             assert r["model_replica_threads_busy"] >= 1, r
     assert doc["half_load"]["requests"] > 0 and doc["half_load"]["errors"] == 0
     assert [t["goal"] for t in doc["targets"]] == [0.85, 0.9, 250.0, 3.0]
+    # The idle penalty's baseline is measured beside the idle service, next to its lone run.
+    lone = runs["service", 1, min(plan["singles"])]
+    penalty = doc["targets"][-1]
+    assert lone["alone_ms"] > 0 and "beside the idle service" in penalty["name"]
+    assert penalty["value"] == round(lone["p50_ms"] - lone["alone_ms"], 1)
     assert doc["ingress"] == "haproxy" and doc["ingress_replicas"] >= 1
     table = (out / "bench.md").read_text()
     assert table.count("| service |") == len(runs) // 2
