@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import cpu, profile, serving, tally
+from loadtest import cpu, profile, report, serving, tally
 from loadtest.clients import ClosedLoop, pool
 from loadtest.httpload import RunResult, bodies, closed_loop, open_loop
 
@@ -151,9 +151,7 @@ async def serve_and_measure(
         async with pool(args.client_processes) as load:
             service_runs = await _levels("service", url, texts, plan, load)
         if alone is not None:
-            lone = min((r for r in service_runs if r["texts_per_request"] == 1),
-                       key=lambda r: r["concurrency"])  # fmt: skip
-            lone["alone_ms"] = alone
+            report.lone_run(service_runs)["alone_ms"] = alone
         half = await _half_load(url, texts, service_runs, plan)
         half["ingress"] = ingress
         half["gpu_peak_bytes"] = serving.gpu_peak_bytes()  # after every run: the whole peak

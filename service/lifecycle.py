@@ -38,17 +38,20 @@ LEAN_ENV = {
 LOCAL_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 
 
+def _set_unless_set(values: dict[str, str]) -> None:
+    for key, value in values.items():
+        os.environ.setdefault(key, value)
+
+
 def use_haproxy(local: bool = True) -> None:
     """Switch the Ray about to start to HAProxy ingress (values already set are kept)."""
-    for key, value in {**HAPROXY_ENV, **(LOCAL_ENV if local else {})}.items():
-        os.environ.setdefault(key, value)
+    _set_unless_set({**HAPROXY_ENV, **(LOCAL_ENV if local else {})})
 
 
 def trim_background() -> None:
     """Trim the background work of the Ray about to start, whatever its ingress (values
     already set are kept)."""
-    for key, value in LEAN_ENV.items():
-        os.environ.setdefault(key, value)
+    _set_unless_set(LEAN_ENV)
 
 
 def _listening_inodes(port: int) -> set[str]:
