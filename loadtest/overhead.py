@@ -35,6 +35,7 @@ from loadtest.tinymodel import (
     TORCH_THREADS,
     build_tiny_model,
     forward_limit,
+    lone_forward_ms,
 )
 from service.encoding import TextEncoder
 from service.settings import Settings
@@ -45,6 +46,7 @@ OVERHEAD_CLIENTS = 64
 SERVER_CPU_MS_PER_REQUEST = 1.0
 MODEL_OWN_CPU_MS_PER_TEXT = 0.1
 ADDED_CPU_MS_PER_REQUEST = 0.1  # what the service may add to Ray Serve's floor
+IDLE_PENALTY_MS = 3.0  # p50 at one client over one in-process forward of a text
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,12 @@ def run(
 
         export_onnx(tiny)
     limit = forward_limit(tiny, texts, device, dtype, backend)
-    print(f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s", flush=True)
+    alone_ms = lone_forward_ms(tiny, texts, device, dtype, backend)
+    print(
+        f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s, "
+        f"{alone_ms} ms for one text alone",
+        flush=True,
+    )
     settings = serving.service_settings(tiny, TORCH_THREADS, device, dtype, ingress_replicas)
     settings = settings.model_copy(update={"backend": backend})
     payloads = bodies(texts, 1)
@@ -229,6 +236,8 @@ def run(
         "ingress_replicas": ingress_replicas,
         "client_processes": client_processes,
         "forward_limit_texts_per_s": round(limit, 1),
+        "forward_alone_ms": alone_ms,
+        "layout": settings.layout,
         "levels": rows,
         "floor_levels": floor_rows,
         "hops": hop,
@@ -248,15 +257,14 @@ def _two_tier(
     client_processes: int,
 ) -> dict[str, Any]:
     """The model replica's own CPU per text where it has a process of its own: the same
-    tiny model served in two tiers (the GPU layout), at the target's client count only, then
-    by call size."""
+    tiny model served in two tiers (the GPU layout), at one client (a lone request's hop to
+    the model replica) and at the target's client count, then by call size."""
     two_tier = settings.model_copy(update={"layout": "two-tier"})
     with serving.local_service(two_tier, ingress, ingress_replicas) as url:
         readyz = serving.readyz_url(url)
         model_calls = _ready(readyz).get("model_calls")  # the ingress's transport to the model
-        levels = asyncio.run(
-            measure(url, payloads, plan, "two-tier", readyz, [OVERHEAD_CLIENTS], client_processes)
-        )
+        at = [1, OVERHEAD_CLIENTS]
+        levels = asyncio.run(measure(url, payloads, plan, "two-tier", readyz, at, client_processes))
         calls = _call_sizes(encoder, plan, texts, readyz, two_tier.access_log)
         return {"two_tier_levels": levels, "two_tier_model_calls": model_calls, **calls}
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import overheadreport, tally
+from loadtest.overhead import IDLE_PENALTY_MS
 
 # The targets the service is held to (single-text c=64, multi-text, latency at half load).
 SINGLE_VS_LIMIT = 0.85
 MULTI_VS_LIMIT = 0.9
 HALF_LOAD_P99_MS = 250.0
-IDLE_PENALTY_MS = 3.0  # p50 at one client over one in-process forward of a text
 INGRESS = {
     "proxy": "Ray's HTTP proxy",
     "haproxy": "HAProxy with direct ingress (Ray Serve's high-throughput mode)",

@@ -9,6 +9,7 @@ from pathlib import Path
 LAYERS, HIDDEN, HEADS, INTERMEDIATE = 2, 64, 2, 128
 TORCH_THREADS = 1  # every forward on the `forward` thread, so its CPU is separable
 BACKENDS = ("torch", "onnx")
+LONE_TEXTS = 512  # texts timed one at a time for the idle penalty's baseline
 
 
 def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0, layers: int = LAYERS) -> Path:
@@ -74,5 +75,26 @@ def forward_limit(
                 model.predict([ids[i] for i in group])
             best = max(best, len(texts) / (time.perf_counter() - t0))
         return best
+    finally:
+        torch.set_num_threads(threads)
+
+
+def lone_forward_ms(
+    model_path: Path, texts: list[str], device: str, dtype: str, backend: str = "torch"
+) -> float:
+    """Median ms to encode and forward one text alone in-process, on one torch thread as the
+    overhead run serves it: the idle penalty's baseline for this model."""
+    import torch
+
+    from loadtest.limit import single_text_ms
+    from service.model import SentimentModel
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TORCH_THREADS)
+    try:
+        model = SentimentModel.load(
+            model_path, device=device, dtype=dtype, backend=backend, threads=TORCH_THREADS
+        )
+        return round(single_text_ms(model, texts, LONE_TEXTS), 3)
     finally:
         torch.set_num_threads(threads)

@@ -130,7 +130,14 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         )
         added = r["server_cpu_ms_per_request"] - f["server_cpu_ms_per_request"]
         assert abs(r["added_to_floor_cpu_ms_per_request"] - added) < 0.002
-    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1, 0.8]
+    # The last: a lone request's idle penalty in two tiers (this run's layout), against the
+    # tiny model's own forward of one text in-process.
+    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1, 0.8, 3.0]
+    assert section["layout"] == "two-tier" and section["forward_alone_ms"] > 0
+    lone = section["levels"][0]
+    penalty = section["targets"][-1]
+    assert penalty["value"] == round(lone["p50_ms"] - section["forward_alone_ms"], 2)
+    assert f"({section['forward_alone_ms']} ms)" in penalty["name"]
     # The Rust-fronted reference (mosec, a dev dependency), at the same levels, alone in /proc.
     assert section["reference"]["server"].startswith("mosec ")
     refs = section["reference_levels"]

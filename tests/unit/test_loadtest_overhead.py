@@ -12,6 +12,7 @@ from loadtest.httpload import RunResult
 from loadtest.overhead import level_row
 
 TEXTS = 1000
+MODEL_TIERS = ("SentimentIngress", "SentimentModel")
 
 
 def _result() -> RunResult:
@@ -130,3 +131,31 @@ def _report_extras() -> dict[str, Any]:
     model = {"layers": 2, "hidden": 64, "heads": 2, "intermediate": 128, "tokenizer": "tiny"}
     plan = {"seconds": 8.0, "warmup_s": 2.0}
     return {"model": model, "plan": plan, "targets": []}
+
+
+def test_a_lone_requests_hop_is_held_to_the_idle_penalty_in_two_tiers() -> None:
+    # Co-located service, with the extra two-tier levels at one client and 64.
+    colocated = [{**_level(1, 600.0), "p50_ms": 1.5}, _level(64, 1500.0)]
+    two_tier = [{**_level(n, rate), "model_replica_cpu_ms_per_text": own} for n, rate, own in
+                [(1, 300.0, 0.2), (64, 1200.0, 0.08)]]  # fmt: skip
+    two_tier[0]["p50_ms"] = 3.4
+    for row in two_tier:
+        row["groups"] = {g: {"processes": 1, "cpu_ms_per_request": 0.4} for g in MODEL_TIERS}
+    section = _section(colocated, two_tier_levels=two_tier, layout="colocated")
+    section["forward_alone_ms"] = 0.3
+    lone = overheadreport.lone_rows(section)
+    assert (lone["colocated"]["p50_ms"], lone["two-tier"]["p50_ms"]) == (1.5, 3.4)
+    found = overheadreport.targets(section)
+    assert found[1]["value"] == 0.08  # the model replica's own CPU: read at 64 clients
+    penalty = found[-1]
+    assert (penalty["value"], penalty["goal"], penalty["met"]) == (3.1, 3.0, False)
+    assert "(0.3 ms)" in penalty["name"]
+    lines = "\n".join(overheadreport._two_tier_lines(section))
+    assert "1.50 ms co-located, 3.40 ms in two tiers, against 0.30 ms" in lines
+    assert "adds 1.90 ms" in lines
+    # A service in two tiers has its own one-client level; without the baseline, no target.
+    own = _section(two_tier, layout="two-tier", forward_alone_ms=0.3)
+    assert overheadreport.lone_rows(own) == {"two-tier": two_tier[0]}
+    assert overheadreport.targets(own)[-1]["value"] == 3.1
+    del own["forward_alone_ms"]
+    assert len(overheadreport.targets(own)) == 3
