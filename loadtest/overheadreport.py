@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from loadtest import callsize, hops, tally
+from loadtest.levels import MODEL_GROUP
 from loadtest.overhead import (
     ADDED_CPU_MS_PER_REQUEST,
     IDLE_PENALTY_MS,
-    MODEL_GROUP,
     MODEL_OWN_CPU_MS_PER_TEXT,
     OVERHEAD_CLIENTS,
     SERVER_CPU_MS_PER_REQUEST,

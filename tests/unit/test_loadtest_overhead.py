@@ -9,7 +9,7 @@ import pytest
 
 from loadtest import cpu, overheadreport, tally
 from loadtest.httpload import RunResult
-from loadtest.overhead import level_row
+from loadtest.levels import level_row
 
 TEXTS = 1000
 MODEL_TIERS = ("SentimentIngress", "SentimentModel")
