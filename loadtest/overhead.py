@@ -34,8 +34,7 @@ from loadtest.tinymodel import (
     LAYERS,
     TORCH_THREADS,
     build_tiny_model,
-    forward_limit,
-    lone_forward_ms,
+    in_process,
 )
 from service.encoding import TextEncoder
 from service.settings import Settings
@@ -71,8 +70,7 @@ def run(
         from service.export import export_onnx
 
         export_onnx(tiny)
-    limit = forward_limit(tiny, texts, device, dtype, backend)
-    alone_ms = lone_forward_ms(tiny, texts, device, dtype, backend)
+    limit, alone_ms = in_process(tiny, texts, device, dtype, backend)
     print(
         f"overhead: tiny model ({backend}) forward-only limit {limit:.0f} texts/s, "
         f"{alone_ms} ms for one text alone",

@@ -241,7 +241,7 @@ def _split_line(section: dict[str, Any]) -> str:
 def _two_tier_lines(section: dict[str, Any]) -> list[str]:
     """The extra two-tier levels: the model replica's own CPU apart from its forwards, and a
     lone request against the co-located one."""
-    r = _model_row(section) or section["two_tier_levels"][0]
+    r = _nearest(section["two_tier_levels"])
     lone = lone_rows(section)
     extra = []
     if "colocated" in lone and "two-tier" in lone and "forward_alone_ms" in section:
@@ -266,8 +266,7 @@ def _two_tier_lines(section: dict[str, Any]) -> list[str]:
 def _model_row(section: dict[str, Any]) -> dict[str, Any] | None:
     """The level the model replica's own CPU is read at (None: not measured)."""
     if levels := section.get("two_tier_levels"):
-        row: dict[str, Any] = min(levels, key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
-        return row
+        return _nearest(levels)
     row = _headline_row(section)
     return row if MODEL_GROUP in row["groups"] else None
 
@@ -282,9 +281,12 @@ def _model_ms_per_text(section: dict[str, Any]) -> float | None:
 
 def _headline_row(section: dict[str, Any]) -> dict[str, Any]:
     """The level the targets are read at: the one nearest OVERHEAD_CLIENTS."""
-    row: dict[str, Any] = min(
-        section["levels"], key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS)
-    )
+    return _nearest(section["levels"])
+
+
+def _nearest(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The level whose client count is nearest OVERHEAD_CLIENTS."""
+    row: dict[str, Any] = min(levels, key=lambda r: abs(r["concurrency"] - OVERHEAD_CLIENTS))
     return row
 
 

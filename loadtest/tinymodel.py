@@ -1,5 +1,6 @@
-"""The overhead run's tiny model: a random BERT with the real model's tokenizer, and its
-forward-only limit in-process (what serving it can at best approach)."""
+"""The overhead run's tiny model: a random BERT with the real model's tokenizer, its
+forward-only limit in-process (what serving it can at best approach) and one text's forward
+alone."""
 
 from __future__ import annotations
 
@@ -44,13 +45,16 @@ def overhead_backend(real: str) -> str:
     return "onnx" if real.startswith("onnx") else "torch"
 
 
-def forward_limit(
+def in_process(
     model_path: Path, texts: list[str], device: str, dtype: str, backend: str = "torch"
-) -> float:
-    """Texts/s of the model's forwards alone: tokenized up front, length-sorted micro-batches
-    at the service's default budget, one torch thread; best of three passes."""
+) -> tuple[float, float]:
+    """The model alone, loaded once on one torch thread (its sessions on one intra-op thread,
+    as the overhead run serves it): texts/s of its forwards (tokenized up front,
+    length-sorted micro-batches at the service's default budget; best of three passes), and
+    the median ms to encode and forward one text alone (the idle penalty's baseline)."""
     import torch
 
+    from loadtest.limit import single_text_ms
     from service.batching import plan_micro_batches
     from service.calibration import calibrate
     from service.model import SentimentModel
@@ -59,7 +63,9 @@ def forward_limit(
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
-        model = SentimentModel.load(model_path, device=device, dtype=dtype, backend=backend)
+        model = SentimentModel.load(
+            model_path, device=device, dtype=dtype, backend=backend, threads=TORCH_THREADS
+        )
         ids = [e.ids for e in model.encode(texts)]
         config = BatchConfig()
         measured = calibrate(model, config.micro_batch_tokens).overhead_tokens
@@ -74,27 +80,6 @@ def forward_limit(
             for group in plan:
                 model.predict([ids[i] for i in group])
             best = max(best, len(texts) / (time.perf_counter() - t0))
-        return best
-    finally:
-        torch.set_num_threads(threads)
-
-
-def lone_forward_ms(
-    model_path: Path, texts: list[str], device: str, dtype: str, backend: str = "torch"
-) -> float:
-    """Median ms to encode and forward one text alone in-process, on one torch thread as the
-    overhead run serves it: the idle penalty's baseline for this model."""
-    import torch
-
-    from loadtest.limit import single_text_ms
-    from service.model import SentimentModel
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    try:
-        model = SentimentModel.load(
-            model_path, device=device, dtype=dtype, backend=backend, threads=TORCH_THREADS
-        )
-        return round(single_text_ms(model, texts, LONE_TEXTS), 3)
+        return best, round(single_text_ms(model, texts, LONE_TEXTS), 3)
     finally:
         torch.set_num_threads(threads)
