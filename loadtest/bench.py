@@ -28,16 +28,6 @@ from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.settings import COMPILE_MODES
 
 
-def _synthetic_bert_base(tokenizer_from: Path, out: Path) -> Path:
-    """A BERT-base-sized classifier with random weights (timing only), tokenizer reused."""
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    config = BertConfig(id2label={0: "negative", 1: "positive"})
-    BertForSequenceClassification(config).save_pretrained(out)
-    AutoTokenizer.from_pretrained(tokenizer_from, local_files_only=True).save_pretrained(out)
-    return out
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure everything and return the results document."""
     import torch
@@ -66,7 +56,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return {**common, "overhead": _overhead(args, texts), "created": _now()}
     model_path = args.model_path
     if args.synthetic_bert_base:
-        model_path = _synthetic_bert_base(args.model_path, Path(tempfile.mkdtemp()) / "bert-base")
+        scratch = Path(tempfile.mkdtemp()) / "bert-base"
+        model_path = tinymodel.build_bert_base(args.model_path, scratch)
 
     # A GPU forward's fixed cost (kernel launches from Python, ~6 ms eager on an H200) buys
     # far bigger forwards than a CPU's (eager, an H200's limit rose 3.6x from 4096 to 65536;

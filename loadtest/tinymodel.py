@@ -1,6 +1,6 @@
-"""The overhead run's tiny model: a random BERT with the real model's tokenizer, its
-forward-only limit in-process (what serving it can at best approach) and one text's forward
-alone."""
+"""Random-weight models for timing. The overhead run's tiny model: a random BERT with the real
+model's tokenizer, its forward-only limit in-process (what serving it can at best approach)
+and one text's forward alone; and a BERT-base-sized one for the GPU bench."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def build_tiny_model(tokenizer_from: Path, out: Path, seed: int = 0, layers: int
     )
     BertForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    return out
+
+
+def build_bert_base(tokenizer_from: Path, out: Path) -> Path:
+    """Save a BERT-base-sized classifier with random weights (the trainer's, so both measure
+    the same model) to `out`, with the tokenizer of `tokenizer_from`."""
+    from transformers import AutoTokenizer
+
+    from training.throughput import synthetic_bert_base
+
+    synthetic_bert_base().save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer_from, local_files_only=True).save_pretrained(out)
     return out
 
 

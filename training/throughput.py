@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from training.loop import (
     train,
 )
 from training.optim import resolve_amp
+
+if TYPE_CHECKING:
+    from transformers import BertForSequenceClassification
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
 }
 
 
-def synthetic_bert(name: str, vocab_size: int = 30522) -> torch.nn.Module:
+def synthetic_bert(name: str, vocab_size: int = 30522) -> BertForSequenceClassification:
     """A BERT-base or BERT-large sized two-label classifier with random weights."""
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -66,7 +69,7 @@ def synthetic_bert(name: str, vocab_size: int = 30522) -> torch.nn.Module:
     return BertForSequenceClassification(config)
 
 
-def synthetic_bert_base(vocab_size: int = 30522) -> torch.nn.Module:
+def synthetic_bert_base(vocab_size: int = 30522) -> BertForSequenceClassification:
     """BERT-base (12 layers, 768 wide, 110M parameters) with a random two-label head."""
     return synthetic_bert("bert-base", vocab_size)
 
