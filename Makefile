@@ -95,12 +95,12 @@ model: $(STAMP)
 	$(export_and_measure)
 
 # The same data and split, trained six times as long and also on review windows of the length
-# the service reads: see README, Models, for its figures and time (about an hour on 2 cores).
+# the service reads: see docs/models.md for its figures and time (about an hour on 2 cores).
 model-full: $(STAMP)
 	$(PY) -m training build-default --full --out $(MODEL_DIR)
 	$(export_and_measure)
 
-# Not the default: see README, Models. Serve it with SENTIMENT_MODEL_PATH=$(MULTILINGUAL_DIR).
+# Not the default: see docs/models.md. Serve it with SENTIMENT_MODEL_PATH=$(MULTILINGUAL_DIR).
 model-multilingual: $(STAMP)
 	$(PY) -m training build-multilingual --out $(MULTILINGUAL_DIR)
 

@@ -19,7 +19,8 @@ figures:
 Everything lands in --out, within 8 minutes by default: each part's JSON and log, summary.json
 and summary.md.
 `--cpu-smoke` runs the same path on the CPU with a tiny model and tiny durations; with
-`--rehearse` too, through the bundle and HAProxy as a GPU machine does (README, GPU sizing run).
+`--rehearse` too, through the bundle and HAProxy as a GPU machine does (docs/benchmarking.md,
+"GPU sizing run").
 This process uses the standard library only; the parts import the rest.
 """
 

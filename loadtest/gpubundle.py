@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "--python-version",
         default=PYTHON_VERSION,
         help="build: the Python (X.Y) to pack for; another than the GPU machine's rehearses "
-        "its run here (README, GPU sizing run)",
+        "its run here (docs/benchmarking.md, GPU sizing run)",
     )
     args = parser.parse_args(argv)
     if args.command == "unpack":

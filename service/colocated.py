@@ -5,7 +5,7 @@ and two event-loop hops) per coalesced call, and a second Python process compete
 few cores. Here the ingress sends its coalesced calls to the model core's `infer` directly
 (there is no replica to fail over to) and asks its `info` the way it would ask a handle, so
 everything else (admission, coalescing, batching, forwards, health, metrics) is the same code.
-`SENTIMENT_LAYOUT` chooses; README "Layouts" has the measurements behind the default.
+`SENTIMENT_LAYOUT` chooses; docs/serving.md, "Layouts", has the measurements behind the default.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class SentimentIngress:
                 model = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name=model)
             else:  # a bound handle calls as the process that built the app did: maybe
                 # as Ray actor calls; one made here calls as this replica does (gRPC in Ray's
-                # throughput-optimized mode, cheaper for the model replica: README "Layouts").
+                # throughput-optimized mode, cheaper for the model replica: docs/serving.md).
                 model = serve.get_deployment_handle(model.deployment_name, app_name=model.app_name)
         self.model: Any = self.local or model
         self.name = s.model_name or s.model_path.name

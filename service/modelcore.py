@@ -142,7 +142,8 @@ class ModelCore:
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.
         A hand-off to a forward thread and back costs about 0.1-0.2 ms of CPU on a slow core, a
-        tiny model's whole forward: those run on the loop (README "Forwards on the event loop").
+        tiny model's whole forward: those run on the loop (docs/serving.md, "Forwards on the event
+        loop").
         """
         found = self.calibration
         if found is None or self.inline_max_s <= 0:

@@ -55,7 +55,7 @@ TRAIN_CONFIG = TrainConfig(
     checkpoint_each_epoch=False,
 )
 # `make model-full`: trained six times as long, with review windows (below), for machines with
-# the time (see README).
+# the time (see docs/models.md).
 FULL_TRAIN_CONFIG = replace(TRAIN_CONFIG, epochs=3, max_steps=2400)
 MAX_LENGTH = 64  # covers ~99% of the tweets and sentences whole; the rest lose only a tail
 SPLIT_SEED = 20240601
