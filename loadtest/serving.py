@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from loadtest import cpu
 from loadtest.ports import free_port
 from service import lifecycle
+from service.failover import pickled_calls
 from service.settings import Settings, local_layout
 
 if TYPE_CHECKING:  # Ray is imported once the HAProxy switches are set (ray_serve)
@@ -51,10 +52,12 @@ def as_replicas_call(handle: DeploymentHandle[Any]) -> DeploymentHandle[Any]:
     `ray_serve` switches that mode on for the Ray it starts, so its own handles would make
     actor calls while the ingress replicas use gRPC: a costlier path no request takes (Ray's
     floor of a model call read 1.6-2.4 ms of the replica's CPU that way, 0.5-0.7 over gRPC).
+    Its calls are pickled as the ingress's are.
     """
     optimized = os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0") == "1"
     grpc = os.environ.get("RAY_SERVE_USE_GRPC_BY_DEFAULT", "1" if optimized else "0") == "1"
-    return handle.options(_by_reference=not grpc)
+    replicas_call: DeploymentHandle[Any] = pickled_calls(handle, _by_reference=not grpc)
+    return replicas_call
 
 
 def default_ingress_replicas() -> int:

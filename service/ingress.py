@@ -35,7 +35,7 @@ from service.errors import (
     ShuttingDown,
     error_response,
 )
-from service.failover import Failover, call_transport, taken_by_replica
+from service.failover import Failover, call_transport, pickled_calls, taken_by_replica
 from service.http import (
     ERROR_RESPONSES,
     Answer,
@@ -85,6 +85,7 @@ class SentimentIngress:
                 # as Ray actor calls; one made here calls as this replica does (gRPC in Ray's
                 # throughput-optimized mode, cheaper for the model replica: docs/serving.md).
                 model = serve.get_deployment_handle(model.deployment_name, app_name=model.app_name)
+            model = pickled_calls(model)
         self.model: Any = self.local or model
         self.name = s.model_name or s.model_path.name
         self.labels = labels_of(s.model_path)

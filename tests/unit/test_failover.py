@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply
 from service.encoding import Packed, Scored
 from service.errors import NotReady
-from service.failover import Failover
+from service.failover import Failover, call_transport
 
 
 class ReplicaDied(Exception):
@@ -162,3 +163,14 @@ def test_a_second_death_is_a_503_and_another_error_the_answer(encoder: WindowEnc
     failover = Failover(other, Probe(0.01), (ReplicaDied,), probe_s=1, retry_after_s=1)
     (reply,) = _run(encoder, failover, [["good"]])
     assert isinstance(reply, ValueError) and len(other.budgets) == 1  # not resent
+
+
+def test_call_transport_names_grpc_calls_serializer() -> None:
+    # /readyz's `model_calls`: how the ingress's calls to the model replica travel.
+    metadata = SimpleNamespace(request_serialization="pickle")
+    assert call_transport(SimpleNamespace(by_reference=False, _request_metadata=metadata)) == (
+        "gRPC (pickle)"
+    )
+    assert call_transport(SimpleNamespace(by_reference=False)) == "gRPC"  # a Ray without it
+    assert call_transport(SimpleNamespace(by_reference=True)) == "actor calls"
+    assert call_transport(object()) == "actor calls"
