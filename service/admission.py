@@ -1,24 +1,68 @@
-"""Admission: the work one ingress replica holds, counted in model rows.
+"""Admission: the work one ingress replica holds, counted in model rows and in tokens.
 
 A row is a text, or one window of a long text: what the model computes and what queues in
 front of it. Counting rows, not requests or texts, keeps a burst of long reviews from
 holding many times the work the bound was sized for.
+
+Rows alone do not say how long the queue takes: 2,048 rows of 256 tokens are a minute of
+work on a small CPU and a second on a GPU. So admission also counts tokens and learns the
+pace at which this replica's tokens are answered (`Pace`); a request that would only wait out
+its deadline behind the work already admitted is refused at once with 429, instead of
+holding a place in the queue for a 504 ten seconds later while its rows take compute from
+requests that can still make it (docs/serving.md, "Refused when it would be late").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from service.errors import Behind, Overloaded, PayloadTooLarge
 
-from service.errors import Overloaded, PayloadTooLarge
+# Of a request's time left, the share the work queued ahead of it (and its own) may take:
+# the pace is an estimate, and a request admitted to time out costs more (the client waits
+# out the deadline, the model computes rows nobody reads) than one refused with 429 a
+# little early.
+TIME_SHARE = 0.8
+
+
+class Pace:
+    """Tokens a second at which this replica's model calls are answered while work waits
+    behind them: a running mean of recent calls, seeded with the model's own estimate."""
+
+    def __init__(self, weight: float = 0.3) -> None:
+        self.weight = weight  # of the newest call in the mean
+        self.tokens_per_s: float | None = None
+        self.measured = False  # a call has been timed; the model's estimate no longer counts
+
+    def seed(self, tokens_per_s: float | None) -> None:
+        """The model's estimate (from its warm-up), used until a call is timed."""
+        if not self.measured and tokens_per_s and tokens_per_s > 0:
+            self.tokens_per_s = tokens_per_s
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """A call of `tokens` answered `seconds` after it was sent or the one before it
+        was answered, whichever came later, with more work queued behind it."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        rate = tokens / seconds
+        if not self.measured or self.tokens_per_s is None:
+            self.tokens_per_s, self.measured = rate, True
+        else:
+            self.tokens_per_s += self.weight * (rate - self.tokens_per_s)
+
+    def seconds(self, tokens: int) -> float | None:
+        """How long `tokens` take at this pace; None while nothing is known."""
+        return tokens / self.tokens_per_s if self.tokens_per_s else None
 
 
 class Admission:
-    """Rows admitted and not yet answered; past `limit`, refused early."""
+    """Rows (and their tokens) admitted and not yet answered; past `limit` rows, or when
+    the work ahead would outlast a request's time left, refused early."""
 
     def __init__(self, limit: int, retry_after_s: int) -> None:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.pending = 0
+        self.pending_tokens = 0
+        self.pace = Pace()
 
     def check(self, rows: int, held: int = 0) -> None:
         """413 when `rows` alone exceed the limit (waiting would never help), 429 with
@@ -36,31 +80,53 @@ class Admission:
                 self.retry_after_s,
             )
 
+    def check_time(self, tokens: int, held_tokens: int, time_left_s: float) -> None:
+        """429 when the tokens admitted before this request, and its own, would take longer
+        than TIME_SHARE of its time left at the measured pace. A request with nothing ahead
+        of it is always admitted: alone, it has the best chance it will ever get."""
+        ahead = self.pending_tokens - held_tokens
+        if ahead <= 0:
+            return
+        needed = self.pace.seconds(ahead + tokens)
+        if needed is not None and needed > TIME_SHARE * time_left_s:
+            raise Behind(
+                f"the texts already waiting here take about {needed:.1f}s to answer; this "
+                f"request has {time_left_s:.1f}s left before its deadline",
+                self.retry_after_s,
+            )
+
     def hold(self, rows: int) -> Hold:
         """Admit `rows` (or raise as `check` does) until the `with` block ends. The block gets
-        a function that changes the count once the request's real row count is known (a text
-        is one row until tokenized), checked the same way."""
+        the hold, whose `resize` sets the request's real rows and tokens once they are known
+        (a text is one row until tokenized), checked as `check` and `check_time` do."""
         return Hold(self, rows)
 
 
 class Hold:
-    """Rows one request holds in an `Admission` (a class, not a generator: it is entered on
-    every request, and contextlib's generator machinery costs several times as much)."""
+    """Rows and tokens one request holds in an `Admission` (a class, not a generator: it is
+    entered on every request, and contextlib's generator machinery costs several times as
+    much)."""
 
     def __init__(self, admission: Admission, rows: int) -> None:
         self.admission = admission
         self.held = rows
+        self.tokens = 0
 
-    def __enter__(self) -> Callable[[int], None]:
+    def __enter__(self) -> Hold:
         self.admission.check(self.held)
         self.admission.pending += self.held
-        return self.resize
+        return self
 
     def __exit__(self, *_: object) -> None:
         self.admission.pending -= self.held
+        self.admission.pending_tokens -= self.tokens
 
-    def resize(self, total: int) -> None:
-        """Hold `total` rows instead (429 or 413, as `check`, when they do not fit)."""
-        self.admission.check(total, self.held)
-        self.admission.pending += total - self.held
-        self.held = total
+    def resize(self, rows: int, tokens: int = 0, time_left_s: float = float("inf")) -> None:
+        """Hold `rows` rows of `tokens` tokens instead (429 or 413, as `check` and
+        `check_time`, when they do not fit)."""
+        admission = self.admission
+        admission.check(rows, self.held)
+        admission.check_time(tokens, self.tokens, time_left_s)
+        admission.pending += rows - self.held
+        admission.pending_tokens += tokens - self.tokens
+        self.held, self.tokens = rows, tokens

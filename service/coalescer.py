@@ -52,11 +52,16 @@ class Coalescer:
         max_texts: int,
         in_flight: int,
         observe: Callable[[int, float], None] = lambda rows, tokenize_s: None,
+        paced: Callable[[int, float], None] = lambda tokens, seconds: None,
     ) -> None:
         self.call = call
         self.max_texts = max_texts  # rows per call: a window counts as a text
         self.in_flight = in_flight
         self.observe = observe  # (rows in the call, seconds its requests spent tokenizing)
+        # (tokens in a call, seconds it took) for calls answered with work queued behind
+        # them: the pace admission predicts waits with (service.admission.Pace).
+        self.paced = paced
+        self._answered = 0.0  # time.monotonic() when the last call was answered
         self._queue: deque[_Waiting] = deque()
         self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -108,6 +113,10 @@ class Coalescer:
             now = time.monotonic()
             budgets = np.repeat([w.deadline - now for w in batch], sizes).astype(np.float32)
             probs, status = await self.call(packed, budgets)
+            answered = time.monotonic()
+            if self._queue:  # busy, not idle: the call's time is the model's pace
+                self.paced(len(packed.ids), answered - max(now, self._answered))
+            self._answered = answered
             start = 0
             for w, n in zip(batch, sizes, strict=True):
                 end = start + n

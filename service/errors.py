@@ -98,6 +98,13 @@ class Overloaded(ServiceError):
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
 
 
+class Behind(Overloaded):
+    """The work already admitted would outlast this request's deadline: 429 now, not a 504
+    later (the same answer to the client; its own rejection reason for the operator)."""
+
+    reason = "behind"
+
+
 class NotReady(ServiceError):
     """The model is not loaded or warmed up yet."""
 

@@ -113,13 +113,14 @@ class SentimentIngress:
         )
         windows = s.max_windows if s.long_texts == "chunk" else 1
         self.encoder = WindowEncoder.load(s.model_path, s.max_seq_len, windows, s.window_overlap)
+        self.admission = Admission(s.batch.max_pending_texts, s.retry_after_s)
         self.coalescer = Coalescer(
             call,
             max_texts=s.batch.max_batch_texts,
             in_flight=s.ingress_calls_in_flight or (self.local.core.parallel if self.local else 1),
             observe=self._observe_call,
+            paced=self.admission.pace.observe,
         )
-        self.admission = Admission(s.batch.max_pending_texts, s.retry_after_s)
         self.model_ready = False  # set once the model replica has answered
         self._watch = asyncio.get_running_loop().create_task(self._wait_for_model())
         context = serve.get_replica_context()
@@ -169,7 +170,15 @@ class SentimentIngress:
                 return error_response(NotReady("model is loading or warming up"))
             self.model_ready = True  # the model answered: classify must not say otherwise
             ingress = serve.get_replica_context().replica_tag
-            return JSONResponse({"status": "ready", **info, "ingress_replica": ingress})
+            pace = self.admission.pace.tokens_per_s
+            return JSONResponse(
+                {
+                    "status": "ready",
+                    **info,
+                    "ingress_replica": ingress,
+                    "ingress_pace_tokens_per_s": round(pace) if pace else None,
+                }
+            )
 
         @api.post(CLASSIFY_PATH, response_model=ClassifyResponse, responses=ERROR_RESPONSES)
         async def classify(request: Request) -> Response:
@@ -217,10 +226,10 @@ class SentimentIngress:
             raise ShuttingDown(s.retry_after_s)
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
         # then counted in windows once they are known.
-        with self.admission.hold(len(texts)) as resize:
+        with self.admission.hold(len(texts)) as held:
             request = await self.encoder.encode_async(texts)
-            resize(request.rows)
             timeout = s.request_timeout_s
+            held.resize(request.rows, len(request.packed.ids), start + timeout - time.monotonic())
             future = self.coalescer.submit(request, start + timeout)
             timer = asyncio.get_running_loop().call_later(
                 max(0.0, start + timeout - time.monotonic()), _expire, future, timeout
@@ -252,6 +261,7 @@ class SentimentIngress:
     async def _model_info(self) -> dict[str, Any]:
         call = self.model.info.remote()
         info: dict[str, Any] = await call
+        self.admission.pace.seed(info.get("tokens_per_s"))
         # How this ingress reaches the model, for /readyz.
         info["model_calls"] = "in process" if self.local else call_transport(call)
         return info

@@ -130,6 +130,7 @@ class ModelCore:
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
             "forward_overhead_tokens": self._overhead(),
+            "tokens_per_s": self._tokens_per_s(),
             "inline_forward_ms": self.inline_max_s * 1e3,
             **asdict(self.tally),
         }
@@ -153,6 +154,12 @@ class ModelCore:
     def _plan(self) -> tuple[int, int]:
         """The forward budget and overhead the next batch is planned with."""
         return self.batch.micro_batch_tokens, self._overhead()
+
+    def _tokens_per_s(self) -> int | None:
+        """Padded tokens a second in full forwards, by the warm-up's fit: what an ingress
+        admits by until it has timed calls of its own (service.admission.Pace)."""
+        found = self.calibration
+        return round(1 / found.per_token_s) if found and found.per_token_s > 0 else None
 
     def _overhead(self) -> int:
         measured = self.calibration.overhead_tokens if self.calibration else None

@@ -40,6 +40,38 @@ def test_overload_answers_429_and_loses_nothing_accepted(cluster: Cluster) -> No
     )  # fmt: skip
 
 
+def test_a_request_that_would_only_time_out_behind_admitted_work_gets_429(
+    cluster: Cluster,
+) -> None:
+    """Every forward here takes 0.3 s longer and a call carries one text, so a burst of 16
+    cannot all be answered within the 3 s deadline. The first burst teaches the ingress the
+    pace of its calls (its warm-up estimate knows nothing of the injected delay); from then
+    on a request the admitted work would hold past its deadline gets 429 at once, and every
+    request admitted is answered."""
+    app = cluster.deploy(
+        "behind", batch={"max_batch_texts": 1}, request_timeout_s=3.0, fault_slow_forward_s=0.3
+    )
+    first = burst(app, singles(16, "learn"))
+    assert {r.status_code for r in first} <= {200, 429, 504}
+    pace = app.ready()["ingress_pace_tokens_per_s"]
+    assert 0 < pace < 1_000  # a text of ~12 tokens a call, a call 0.3 s or more
+    responses = burst(app, singles(16))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 429}, codes
+    assert codes.count(200) >= 2 and codes.count(429) >= 1, codes
+    for response in responses:
+        if response.status_code == 429:
+            assert response.json()["error"]["code"] == "overloaded"
+            assert response.headers["Retry-After"] == "1"
+        else:
+            assert len(response.json()["results"]) == 1
+    refused = codes.count(429) + [r.status_code for r in first].count(429)
+    cluster.wait_for(
+        lambda: cluster.metric("ray_sentiment_rejections_total", application="behind",
+                               reason="behind") == refused
+    )  # fmt: skip
+
+
 def test_expired_requests_get_504_and_are_not_computed(cluster: Cluster) -> None:
     app = cluster.deploy("deadline", batch={"batch_wait_timeout_s": 1.0}, request_timeout_s=0.2)
     responses = burst(app, singles(6))

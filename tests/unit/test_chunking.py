@@ -116,16 +116,16 @@ def test_a_request_counts_as_its_texts_until_its_windows_are_known(tiny_model_di
     encoder = WindowEncoder.load(tiny_model_dir, 32, max_windows=8, overlap=4)
     admission = Admission(limit=8, retry_after_s=1)
     texts = [LONG, LONG, LONG]
-    with admission.hold(len(texts)) as resize:
+    with admission.hold(len(texts)) as held:
         assert admission.pending == 3  # in flight (a drain waits for it) while tokenized
         with pytest.raises(PayloadTooLarge):
-            resize(encoder.encode(texts).rows)  # 9 windows
+            held.resize(encoder.encode(texts).rows)  # 9 windows
     assert admission.pending == 0
-    with admission.hold(2) as resize:
-        resize(encoder.encode([LONG, LONG]).rows)
+    with admission.hold(2) as held:
+        held.resize(encoder.encode([LONG, LONG]).rows)
         assert admission.pending == 6
         with admission.hold(1) as other, pytest.raises(Overloaded):
-            other(encoder.encode([LONG]).rows)  # its 3 windows do not fit beside the 6
+            other.resize(encoder.encode([LONG]).rows)  # its 3 windows do not fit beside the 6
         assert admission.pending == 6
     assert admission.pending == 0
 

@@ -167,3 +167,25 @@ def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: WindowEnco
     first, second, third = asyncio.run(main())
     assert isinstance(second, InternalError) and second.status == 500
     assert not isinstance(first, Exception) and not isinstance(third, Exception)
+
+
+def test_calls_with_work_queued_behind_them_time_the_pace(encoder: WindowEncoder) -> None:
+    model = FakeModel(pause_s=0.05)
+    paced: list[tuple[int, float]] = []
+
+    async def main() -> None:
+        coalescer = Coalescer(
+            model, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
+        )
+        deadline = time.monotonic() + 10
+        await coalescer.submit(encoder.encode(["alone"]), deadline)  # nothing behind it
+        await asyncio.sleep(0.5)  # idle time must not count as the model's
+        futures = [coalescer.submit(encoder.encode([f"text {i}"]), deadline) for i in range(3)]
+        await asyncio.gather(*futures)
+
+    asyncio.run(main())
+    assert model.calls == [1, 1, 1, 1]
+    tokens = len(encoder.encode(["text 0"]).packed.ids)
+    # The second and third calls had requests waiting; the last one answered nobody waiting.
+    assert [t for t, _ in paced] == [tokens, tokens]
+    assert all(0.05 <= s < 0.5 for _, s in paced), paced
