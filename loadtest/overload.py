@@ -1,0 +1,98 @@
+"""Long reviews arriving faster than the service computes them: what the clients get back.
+
+    python -m loadtest.overload --url http://127.0.0.1:8000 --rate 1.5 --seconds 40
+
+Sends requests of `--texts` reviews of about `--words` words each (a few windows each: many
+model rows a request) as Poisson arrivals at `--rate` requests a second, which do not slow
+down when the service does, as a flash sale's would not. Prints (and with `--out` saves) the
+answers by status, the texts answered a second and the latency of the answers by status. A
+service that sheds what it cannot answer in time returns 429 at once and keeps answering the
+rest; one that admits everything answers little but 504s (docs/serving.md, "Faults").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REVIEW = (
+    "The battery lasted two days, the screen is bright and sharp, but the charger broke "
+    "after a week and support never answered my emails about the refund. "
+)
+
+
+def body(n: int, texts: int, words: int) -> bytes:
+    """Request `n`'s JSON: `texts` distinct reviews of about `words` words each."""
+    review = REVIEW * max(1, round(words / len(REVIEW.split())))
+    return json.dumps({"texts": [f"Order {n}-{i}. {review}" for i in range(texts)]}).encode()
+
+
+async def run(url: str, texts: int, words: int, rate: float, seconds: float) -> dict[str, Any]:
+    """Poisson arrivals for `seconds`; every request is waited for (bounded by the client
+    timeout, 60 s), so each counts under its final status (0: no answer)."""
+    latencies: dict[int, list[float]] = {}
+    rng = random.Random(0)
+    timeout = aiohttp.ClientTimeout(total=60)
+
+    async def send(session: aiohttp.ClientSession, n: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            async with session.post(
+                f"{url}/v1/classify", data=body(n, texts, words),
+                headers={"content-type": "application/json"},
+            ) as response:  # fmt: skip
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            status = 0
+        latencies.setdefault(status, []).append(time.perf_counter() - t0)
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks, start, at, n = [], time.perf_counter(), 0.0, 0
+        while at < seconds:
+            await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+            tasks.append(asyncio.create_task(send(session, n)))
+            n += 1
+            at += rng.expovariate(rate)
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    answered = len(latencies.get(200, [])) * texts
+    return {
+        "requests": n,
+        "texts_per_request": texts,
+        "words_per_text": words,
+        "rate_per_s": rate,
+        "seconds": round(elapsed, 1),
+        "statuses": {str(s): len(v) for s, v in sorted(latencies.items())},
+        "texts_answered_per_s": round(answered / elapsed, 2),
+        "p50_s": {str(s): round(sorted(v)[len(v) // 2], 3) for s, v in sorted(latencies.items())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--texts", type=int, default=16, help="reviews a request")
+    parser.add_argument("--words", type=int, default=600, help="words a review (about)")
+    parser.add_argument("--rate", type=float, default=1.5, help="requests a second")
+    parser.add_argument("--seconds", type=float, default=40.0, help="how long arrivals last")
+    parser.add_argument("--out", type=Path, help="also write the figures here (JSON)")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.url, args.texts, args.words, args.rate, args.seconds))
+    print(json.dumps(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
