@@ -35,7 +35,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         408: "The body did not arrive within the request deadline",
         413: "Body larger than max_body_bytes, or texts needing more windows than one ingress "
         "admits at once (max_pending_texts)",
-        415: "Content-Type is not JSON (a missing Content-Type is read as JSON)",
+        415: "Content-Type is not JSON (a missing Content-Type is read as JSON), or the body "
+        "is compressed (Content-Encoding other than identity)",
         422: "A field breaks a rule or a limit (details name the field and the reason)",
         429: "Overloaded; retry after the Retry-After header",
         503: "No model replica is ready (loading, warming up or restarting); retry after "
@@ -109,7 +110,7 @@ def check_content_type(value: bytes) -> None:
 
 async def read_body(scope: Scope, receive: Receive, limit: int, deadline: float) -> bytes:
     """Read at most `limit` bytes by `deadline` (time.monotonic()); refuse early on a
-    Content-Length over the limit or a Content-Type that is not JSON.
+    Content-Length over the limit, a Content-Type that is not JSON or a compressed body.
 
     A missing Content-Type is read as JSON, so minimal clients keep working; forms and plain
     text (what a page can post cross-site without asking) are refused. The deadline is the
@@ -123,6 +124,13 @@ async def read_body(scope: Scope, receive: Receive, limit: int, deadline: float)
                 raise PayloadTooLarge(f"body is {int(value)} bytes; the limit is {limit}")
         elif name == b"content-type":
             check_content_type(value)
+        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            # A compressed body would otherwise fail later as "not UTF-8" or "not JSON".
+            shown = value.decode("latin-1")[:50]
+            raise UnsupportedMediaType(
+                f"Content-Encoding {shown} is not supported; send the JSON body uncompressed",
+                headers={"Accept-Encoding": "identity"},
+            )
     try:
         return await _within(_read(receive, limit), deadline - time.monotonic())
     except asyncio.TimeoutError:

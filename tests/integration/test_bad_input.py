@@ -6,6 +6,7 @@ requires no 5xx and no answer outside the documented statuses and schemas.
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -38,6 +39,17 @@ def test_non_json_content_types_are_415(main_app: Deployed, content_type: str, d
     )
     assert response.status_code == 415
     assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_a_gzipped_body_is_415_naming_the_coding(main_app: Deployed) -> None:
+    response = requests.post(
+        f"{main_app.url}/v1/classify",
+        data=gzip.compress(b'{"text": "great phone"}'),
+        headers={"content-type": "application/json", "content-encoding": "gzip"},
+        timeout=30,
+    )
+    assert response.status_code == 415 and response.headers["Accept-Encoding"] == "identity"
+    assert "Content-Encoding gzip" in response.json()["error"]["message"]
 
 
 def test_deeply_nested_json_is_400_not_500(main_app: Deployed) -> None:

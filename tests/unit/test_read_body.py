@@ -53,6 +53,19 @@ def test_other_content_types_are_415(content_type: bytes) -> None:
     assert info.value.status == 415 and info.value.code == "unsupported_media_type"
 
 
+@pytest.mark.parametrize("coding", [b"gzip", b"br", b"deflate, gzip"])
+def test_a_compressed_body_is_415_naming_the_coding(coding: bytes) -> None:
+    with pytest.raises(UnsupportedMediaType) as info:
+        read(scope((b"content-encoding", coding)), receiver(b"\x1f\x8b"))
+    assert info.value.status == 415 and coding.decode() in info.value.message
+    assert info.value.headers == {"Accept-Encoding": "identity"}
+
+
+def test_an_identity_coding_is_read() -> None:
+    sc = scope((b"content-encoding", b"identity"), (b"content-type", b"application/json"))
+    assert read(sc, receiver(b"{}")) == b"{}"
+
+
 def test_a_slow_body_is_408_at_the_deadline() -> None:
     chunks = [b"{"] + [b" "] * 50 + [b"}"]
     t0 = time.monotonic()
