@@ -9,7 +9,7 @@ work on a small CPU and a second on a GPU. So admission also counts tokens and l
 pace at which this replica's tokens are answered (`Pace`); a request that would only wait out
 its deadline behind the work already admitted is refused at once with 429, instead of
 holding a place in the queue for a 504 ten seconds later while its rows take compute from
-requests that can still make it (docs/serving.md, "Refused when it would be late").
+requests that can still make it (docs/serving.md, "Faults": "Refused when it would be late").
 """
 
 from __future__ import annotations
