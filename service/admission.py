@@ -14,6 +14,8 @@ requests that can still make it (docs/serving.md, "Faults": "Refused when it wou
 
 from __future__ import annotations
 
+import math
+
 from service.errors import Behind, Overloaded, PayloadTooLarge
 
 # Of a request's time left, the share the work queued ahead of it (and its own) may take:
@@ -82,17 +84,21 @@ class Admission:
 
     def check_time(self, tokens: int, held_tokens: int, time_left_s: float) -> None:
         """429 when the tokens admitted before this request, and its own, would take longer
-        than TIME_SHARE of its time left at the measured pace. A request with nothing ahead
-        of it is always admitted: alone, it has the best chance it will ever get."""
+        than TIME_SHARE of its time left at the measured pace; its Retry-After is at least
+        the configured one, more when the work ahead needs longer to shrink enough. A
+        request with nothing ahead of it is always admitted: alone, it has the best chance
+        it will ever get."""
         ahead = self.pending_tokens - held_tokens
         if ahead <= 0:
             return
         needed = self.pace.seconds(ahead + tokens)
-        if needed is not None and needed > TIME_SHARE * time_left_s:
+        allowed = TIME_SHARE * time_left_s
+        if needed is not None and needed > allowed:
+            # Retry-After: when the work ahead would have shrunk enough, were nothing added.
             raise Behind(
                 f"the texts already waiting here take about {needed:.1f}s to answer; this "
                 f"request has {time_left_s:.1f}s left before its deadline",
-                self.retry_after_s,
+                max(self.retry_after_s, math.ceil(needed - allowed)),
             )
 
     def hold(self, rows: int) -> Hold:

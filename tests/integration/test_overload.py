@@ -62,7 +62,7 @@ def test_a_request_that_would_only_time_out_behind_admitted_work_gets_429(
     for response in responses:
         if response.status_code == 429:
             assert response.json()["error"]["code"] == "overloaded"
-            assert response.headers["Retry-After"] == "1"
+            assert int(response.headers["Retry-After"]) >= 1
         else:
             assert len(response.json()["results"]) == 1
     refused = codes.count(429) + [r.status_code for r in first].count(429)

@@ -3,6 +3,8 @@ would only wait out its deadline."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from service.admission import TIME_SHARE, Admission, Pace
@@ -41,8 +43,18 @@ def test_a_request_that_would_wait_out_its_deadline_gets_429_now() -> None:
     assert admission.pending == 0 and admission.pending_tokens == 0
     error = late.value
     assert isinstance(error, Overloaded) and error.status == 429
-    assert error.reason == "behind" and error.headers == {"Retry-After": "2"}
+    assert error.reason == "behind" and error.headers == {"Retry-After": "2"}  # at least 2
     assert "7.0s" in error.message and "8.0s left" in error.message
+
+
+def test_retry_after_says_when_the_work_ahead_would_have_shrunk_enough() -> None:
+    admission = Admission(limit=100, retry_after_s=1)
+    admission.pace.observe(100, 1.0)
+    with admission.hold(1) as first:
+        first.resize(1, 2_000, 30.0)  # 20 s of work
+        with pytest.raises(Behind) as late, admission.hold(1) as second:
+            second.resize(1, 100, 10.0)  # 21 s needed, 8 s allowed
+    assert late.value.headers == {"Retry-After": str(math.ceil(21.0 - TIME_SHARE * 10.0))}
 
 
 def test_a_request_alone_is_admitted_however_slow_the_pace() -> None:
