@@ -286,7 +286,8 @@ class SentimentIngress:
             await asyncio.sleep(self.settings.metrics_refresh_s)
             counts, self._counts = self._counts, Counter()
             windows, self._windows = self._windows, Counter()
-            self.metrics.publish(counts, windows, self.admission.pending)
+            admission = self.admission
+            self.metrics.publish(counts, windows, admission.pending, admission.pace.tokens_per_s)
 
 
 def _expire(future: asyncio.Future[Reply], timeout: float) -> None:

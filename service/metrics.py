@@ -75,14 +75,23 @@ class IngressMetrics:
             PREFIX + "pending_texts",
             description="Texts an ingress replica admitted and has not answered yet.",
         )
+        self.pace = Gauge(
+            PREFIX + "ingress_pace_tokens_per_second",
+            description="Tokens a second at which an ingress replica's model calls are answered "
+            "under load, as its admission predicts waits with.",
+        )
 
     def publish(
-        self, counts: Mapping[tuple[str, str], int], windows: Mapping[int, int], pending: int
+        self,
+        counts: Mapping[tuple[str, str], int],
+        windows: Mapping[int, int],
+        pending: int,
+        pace: float | None,
     ) -> None:
         """Add up what the ingress counted since the last call (kept in plain counters on the
         request path, which is cheaper than a Ray metric call per request), and re-set the
-        gauge. `counts` maps (kind, tag) to a count; `windows` maps windows per long text
-        (2 or more) to texts."""
+        gauges. `counts` maps (kind, tag) to a count; `windows` maps windows per long text
+        (2 or more) to texts; `pace` is None while the ingress knows none."""
         for (kind, tag), value in counts.items():
             if not value:
                 continue
@@ -99,6 +108,8 @@ class IngressMetrics:
             for _ in range(texts):
                 self.long_text_windows.observe(count)
         self.pending_texts.set(pending)
+        if pace:
+            self.pace.set(pace)
 
 
 class ModelMetrics:

@@ -70,6 +70,8 @@ def test_a_request_that_would_only_time_out_behind_admitted_work_gets_429(
         lambda: cluster.metric("ray_sentiment_rejections_total", application="behind",
                                reason="behind") == refused
     )  # fmt: skip
+    published = "ray_sentiment_ingress_pace_tokens_per_second"
+    cluster.wait_for(lambda: 0 < cluster.metric(published, application="behind") < 1_000)
 
 
 def test_expired_requests_get_504_and_are_not_computed(cluster: Cluster) -> None:
