@@ -101,11 +101,13 @@ class Admission:
                 max(self.retry_after_s, math.ceil(needed - allowed)),
             )
 
-    def hold(self, rows: int) -> Hold:
-        """Admit `rows` (or raise as `check` does) until the `with` block ends. The block gets
-        the hold, whose `resize` sets the request's real rows and tokens once they are known
-        (a text is one row until tokenized), checked as `check` and `check_time` do."""
-        return Hold(self, rows)
+    def hold(self, rows: int, time_left_s: float = float("inf")) -> Hold:
+        """Admit `rows` (or raise as `check` does, or as `check_time` does for the work
+        ahead alone, before any CPU goes into tokenizing) until the `with` block ends. The
+        block gets the hold, whose `resize` sets the request's real rows and tokens once they
+        are known (a text is one row until tokenized), checked as `check` and `check_time`
+        do."""
+        return Hold(self, rows, time_left_s)
 
 
 class Hold:
@@ -113,13 +115,15 @@ class Hold:
     entered on every request, and contextlib's generator machinery costs several times as
     much)."""
 
-    def __init__(self, admission: Admission, rows: int) -> None:
+    def __init__(self, admission: Admission, rows: int, time_left_s: float) -> None:
         self.admission = admission
         self.held = rows
         self.tokens = 0
+        self.time_left_s = time_left_s
 
     def __enter__(self) -> Hold:
         self.admission.check(self.held)
+        self.admission.check_time(0, 0, self.time_left_s)
         self.admission.pending += self.held
         return self
 

@@ -225,10 +225,11 @@ class SentimentIngress:
         if self.drain.draining:
             raise ShuttingDown(s.retry_after_s)
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
-        # then counted in windows once they are known.
-        with self.admission.hold(len(texts)) as held:
+        # unless the work ahead alone would outlast its time; then counted in windows and
+        # tokens once they are known.
+        timeout = s.request_timeout_s
+        with self.admission.hold(len(texts), start + timeout - time.monotonic()) as held:
             request = await self.encoder.encode_async(texts)
-            timeout = s.request_timeout_s
             held.resize(request.rows, len(request.packed.ids), start + timeout - time.monotonic())
             future = self.coalescer.submit(request, start + timeout)
             timer = asyncio.get_running_loop().call_later(

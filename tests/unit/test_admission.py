@@ -74,3 +74,16 @@ def test_without_a_pace_only_the_row_bound_refuses() -> None:
             with pytest.raises(Overloaded) as full, admission.hold(1):
                 pass
     assert full.value.reason == "overloaded"  # the row bound
+
+
+def test_work_ahead_that_alone_outlasts_the_time_left_refuses_before_tokenizing() -> None:
+    admission = Admission(limit=100, retry_after_s=1)
+    admission.pace.observe(100, 1.0)
+    with admission.hold(1) as first:
+        first.resize(1, 1_000, 30.0)  # 10 s of work
+        with pytest.raises(Behind), admission.hold(1, time_left_s=10.0):
+            pass  # 8 s allowed: refused before its own tokens are known
+        with admission.hold(1, time_left_s=20.0) as second:
+            assert admission.pending == 2 and admission.pending_tokens == 1_000
+            second.resize(1, 100, 20.0)
+    assert admission.pending == 0 and admission.pending_tokens == 0
