@@ -96,8 +96,8 @@ class Admission:
         if needed is not None and needed > allowed:
             # Retry-After: when the work ahead would have shrunk enough, were nothing added.
             raise Behind(
-                f"the texts already waiting here take about {needed:.1f}s to answer; this "
-                f"request has {time_left_s:.1f}s left before its deadline",
+                f"the texts already waiting here, and these, would take about {needed:.1f}s "
+                f"to answer; this request has {time_left_s:.1f}s left before its deadline",
                 max(self.retry_after_s, math.ceil(needed - allowed)),
             )
 
