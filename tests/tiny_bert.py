@@ -12,7 +12,6 @@ from tokenizers import (
     normalizers,
     pre_tokenizers,
     processors,
-    trainers,
 )
 from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
 
@@ -29,14 +28,26 @@ SAMPLE_TEXT = [
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def build_tokenizer(texts: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
-    """Train a small uncased WordPiece vocabulary on `texts`."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+def wordpiece_vocab(texts: list[str]) -> dict[str, int]:
+    """A WordPiece vocabulary built in a fixed order: the special tokens, every character (as
+    a word start and as a continuation) and every whole word of `texts`, lowercased. (The
+    `tokenizers` trainer breaks ties in hash order, so its vocabulary, and with it every tiny
+    model's weights, changed from run to run.)"""
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    splitter = pre_tokenizers.BertPreTokenizer()
+    words = sorted(
+        {w for t in texts for w, _ in splitter.pre_tokenize_str(normalizer.normalize_str(t))}
+    )
+    chars = sorted({c for w in words for c in w})
+    tokens = [*SPECIALS, *chars, *(f"##{c}" for c in chars), *(w for w in words if len(w) > 1)]
+    return {token: i for i, token in enumerate(dict.fromkeys(tokens))}
+
+
+def build_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """A small uncased WordPiece tokenizer for `texts`, the same on every run."""
+    tok = Tokenizer(models.WordPiece(wordpiece_vocab(texts), unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(
-        texts * 4, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS)
-    )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
