@@ -55,11 +55,14 @@ def merge(results: list[RunResult]) -> RunResult:
         merged.client_cpu_s += r.client_cpu_s
         for status, count in r.statuses.items():
             merged.statuses[status] = merged.statuses.get(status, 0) + count
+        for status, latencies in r.refused.items():
+            merged.refused.setdefault(status, []).extend(latencies)
     return merged
 
 
 def _result(data: dict[str, Any]) -> RunResult:
     data["statuses"] = {int(k): v for k, v in data["statuses"].items()}
+    data["refused"] = {int(k): v for k, v in data["refused"].items()}
     return RunResult(**data)
 
 

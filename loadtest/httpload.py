@@ -26,6 +26,8 @@ class RunResult:
     latencies: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     client_cpu_s: float = 0.0  # this load generator's own CPU over the run
+    # Latencies of the answers that were not 200, by status (0: no answer).
+    refused: dict[int, list[float]] = field(default_factory=dict)
 
     @property
     def texts_per_s(self) -> float:
@@ -72,6 +74,7 @@ async def _post(
         result.texts += body[1]
     else:
         result.errors += 1
+        result.refused.setdefault(status, []).append(time.perf_counter() - t0)
 
 
 def _session(connections: int, timeout_s: float) -> aiohttp.ClientSession:

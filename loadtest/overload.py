@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+from loadtest.httpload import open_loop
 
 REVIEW = (
     "The battery lasted two days, the screen is bright and sharp, but the charger broke "
@@ -35,44 +33,21 @@ def body(n: int, texts: int, words: int) -> bytes:
 
 
 async def run(url: str, texts: int, words: int, rate: float, seconds: float) -> dict[str, Any]:
-    """Poisson arrivals for `seconds`; every request is waited for (bounded by the client
-    timeout, 60 s), so each counts under its final status (0: no answer)."""
-    latencies: dict[int, list[float]] = {}
-    rng = random.Random(0)
-    timeout = aiohttp.ClientTimeout(total=60)
-
-    async def send(session: aiohttp.ClientSession, n: int) -> None:
-        t0 = time.perf_counter()
-        try:
-            async with session.post(
-                f"{url}/v1/classify", data=body(n, texts, words),
-                headers={"content-type": "application/json"},
-            ) as response:  # fmt: skip
-                await response.read()
-                status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            status = 0
-        latencies.setdefault(status, []).append(time.perf_counter() - t0)
-
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks, start, at, n = [], time.perf_counter(), 0.0, 0
-        while at < seconds:
-            await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
-            tasks.append(asyncio.create_task(send(session, n)))
-            n += 1
-            at += rng.expovariate(rate)
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
-    answered = len(latencies.get(200, [])) * texts
+    """Poisson arrivals for `seconds` (httpload's open loop); every request is waited for
+    (bounded by the client timeout, 60 s), so each counts under its final status (0: no
+    answer)."""
+    # Distinct bodies for about twice the arrivals expected; past them, they repeat.
+    payloads = [(body(n, texts, words), texts) for n in range(round(rate * seconds * 2) + 16)]
+    result = await open_loop(f"{url}/v1/classify", payloads, rate, seconds, timeout_s=60.0)
+    latencies = {200: result.latencies, **result.refused} if result.latencies else result.refused
     return {
-        "requests": n,
+        "requests": sum(result.statuses.values()),
         "texts_per_request": texts,
         "words_per_text": words,
         "rate_per_s": rate,
-        "seconds": round(elapsed, 1),
+        "seconds": round(result.seconds, 1),
         "statuses": {str(s): len(v) for s, v in sorted(latencies.items())},
-        "texts_answered_per_s": round(answered / elapsed, 2),
+        "texts_answered_per_s": round(result.texts / result.seconds, 2),
         "p50_s": {str(s): round(sorted(v)[len(v) // 2], 3) for s, v in sorted(latencies.items())},
     }
 

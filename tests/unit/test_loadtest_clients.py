@@ -58,13 +58,14 @@ def test_default_processes_leave_a_small_machine_one_client() -> None:
 
 
 def test_merge_adds_counts_and_takes_the_longest_window() -> None:
-    a = RunResult(3, 3, 1, 2.0, [0.1, 0.2, 0.3], {200: 3, 0: 1}, 0.5)
-    b = RunResult(2, 4, 0, 2.5, [0.4, 0.5], {200: 2}, 0.25)
+    a = RunResult(3, 3, 1, 2.0, [0.1, 0.2, 0.3], {200: 3, 0: 1}, 0.5, {0: [9.0]})
+    b = RunResult(2, 4, 1, 2.5, [0.4, 0.5], {200: 2, 429: 1}, 0.25, {429: [0.01]})
     merged = merge([a, b])
-    assert (merged.requests, merged.texts, merged.errors) == (5, 7, 1)
+    assert (merged.requests, merged.texts, merged.errors) == (5, 7, 2)
     assert merged.seconds == 2.5
     assert sorted(merged.latencies) == [0.1, 0.2, 0.3, 0.4, 0.5]
-    assert merged.statuses == {200: 5, 0: 1}
+    assert merged.statuses == {200: 5, 0: 1, 429: 1}
+    assert merged.refused == {0: [9.0], 429: [0.01]}
     assert merged.client_cpu_s == 0.75
 
 
