@@ -215,7 +215,9 @@ class SentimentIngress:
     async def _classify(self, scope: Scope, receive: Receive, start: float) -> Answer:
         s = self.settings
         self.keys.check(scope)
-        raw = await read_body(scope, receive, s.max_body_bytes, start + s.request_timeout_s)
+        timeout = s.request_timeout_s
+        deadline = start + timeout
+        raw = await read_body(scope, receive, s.max_body_bytes, deadline)
         texts = plain_texts(raw, s.max_texts_per_request, s.max_text_chars)
         if texts is None:  # unusual or invalid: full validation, with field-level details
             texts = parse_request(raw, self.request_model).all_texts()
@@ -227,13 +229,12 @@ class SentimentIngress:
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,
         # unless the work ahead alone would outlast its time; then counted in windows and
         # tokens once they are known.
-        timeout = s.request_timeout_s
-        with self.admission.hold(len(texts), start + timeout - time.monotonic()) as held:
+        with self.admission.hold(len(texts), deadline - time.monotonic()) as held:
             request = await self.encoder.encode_async(texts)
-            held.resize(request.rows, len(request.packed.ids), start + timeout - time.monotonic())
-            future = self.coalescer.submit(request, start + timeout)
+            held.resize(request.rows, len(request.packed.ids), deadline - time.monotonic())
+            future = self.coalescer.submit(request, deadline)
             timer = asyncio.get_running_loop().call_later(
-                max(0.0, start + timeout - time.monotonic()), _expire, future, timeout
+                max(0.0, deadline - time.monotonic()), _expire, future, timeout
             )
             try:
                 reply = await future
