@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from service.auth import ApiKeys, KeysFileError
+from service.envcheck import settings_errors, unknown_variables
 from service.model import ModelLoadError, check_model_dir
 from service.settings import Settings, local_layout, local_threads
 
@@ -234,15 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--force", action="store_true", help="export even when up to date")
     args = parser.parse_args(argv)
 
+    flags = _overrides(args)
+    for warning in unknown_variables(os.environ):
+        print(f"warning: {warning}", file=sys.stderr)
     try:
-        settings = Settings(**_overrides(args))
+        settings = Settings(**flags)
         check_model_dir(settings.model_path, settings.allow_pickle)
         ApiKeys.load(settings.api_keys_file)  # a bad keys file stops here, not in a replica
     except (ModelLoadError, KeysFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # pydantic's ValidationError: a bad SENTIMENT_* value
-        print(f"error: invalid settings:\n{exc}", file=sys.stderr)
+    except ValidationError as exc:  # a bad SENTIMENT_* value or flag
+        lines = "\n".join("  " + line for line in settings_errors(exc, flags))
+        print(f"error: invalid settings:\n{lines}", file=sys.stderr)
         return 2
     if args.command == "probe":
         return run_probe(settings, args)

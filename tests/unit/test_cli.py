@@ -28,9 +28,18 @@ def test_missing_model_says_what_to_do(tmp_path: Path) -> None:
 
 def test_bad_setting_names_the_variable(tiny_model_dir: Path) -> None:
     env = {"SENTIMENT_PORT": "eighty", "PATH": "/usr/bin:/bin"}
+    env["SENTIMENT_REQUEST_TIMEOUT"] = "5"  # a typo: warned about, not fatal
     result = run_cli("serve", "--model-path", str(tiny_model_dir), env=env)
     assert result.returncode == 2
-    assert "port" in result.stderr and "Traceback" not in result.stderr
+    assert "SENTIMENT_PORT='eighty': Input should be a valid integer" in result.stderr
+    assert "did you mean SENTIMENT_REQUEST_TIMEOUT_S?" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_flag_is_named_as_the_flag(tiny_model_dir: Path) -> None:
+    result = run_cli("serve", "--model-path", str(tiny_model_dir), "--port", "0")
+    assert result.returncode == 2
+    assert "--port=0: Input should be greater than or equal to 1" in result.stderr
 
 
 def test_serve_picks_the_colocated_layout_only_on_a_small_cpu_machine(

@@ -1,0 +1,72 @@
+"""Settings problems told in the words the user set them with: the SENTIMENT_* variable or the
+command-line flag, not pydantic's field path."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+PREFIX = "SENTIMENT_"
+NESTED = "__"
+
+
+def known_variables() -> list[str]:
+    """Every SENTIMENT_* variable the settings read, nested groups included."""
+    names = []
+    for field, info in Settings.model_fields.items():
+        names.append(PREFIX + field.upper())
+        names += _fields([field]) if hasattr(info.annotation, "model_fields") else []
+    return names
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each SENTIMENT_* variable set here that no setting reads, with the
+    closest known name: a typo is otherwise silently ignored (the settings ignore unknown
+    variables, so other tools may share the prefix)."""
+    known = known_variables()
+    groups = tuple(name + NESTED for name in known)
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith(PREFIX) or name in known or name.startswith(groups):
+            continue  # a setting, or one in a nested group, which validation names
+        # Compared without the prefix, which every name shares and which would make any
+        # two look alike.
+        tails = [known_name.removeprefix(PREFIX) for known_name in known]
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1)
+        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings
+
+
+def settings_errors(exc: ValidationError, flags: Mapping[str, Any]) -> list[str]:
+    """One line per bad setting, named as the user set it: the command-line flag when one
+    was given (`flags`: field to value), else the SENTIMENT_* variable, with the value."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        msg = error["msg"].removeprefix("Value error, ")
+        if not loc:  # a rule across fields: its message names them
+            lines.append(msg)
+            continue
+        if loc[0] in flags:
+            name = "--" + loc[0].replace("_", "-")
+        else:
+            name = PREFIX + NESTED.join(loc).upper()
+        if error["type"] == "extra_forbidden":
+            msg = "no such setting; known: " + ", ".join(_fields(loc[:-1]))
+        lines.append(f"{name}={error['input']!r}: {msg}")
+    return lines
+
+
+def _fields(group: list[str]) -> list[str]:
+    """The SENTIMENT_* names of the settings in a nested group (`group`: its path)."""
+    model: Any = Settings
+    for part in group:
+        model = model.model_fields[part].annotation
+    prefix = PREFIX + "".join(part.upper() + NESTED for part in group)
+    return [prefix + name.upper() for name in model.model_fields]

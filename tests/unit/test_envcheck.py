@@ -1,0 +1,67 @@
+"""Settings problems are named as the user set them: the variable or the flag, with the value."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from service.envcheck import known_variables, settings_errors, unknown_variables
+from service.settings import Settings
+
+
+def errors_for(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], **flags: object) -> list[str]:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings(**flags)  # type: ignore[arg-type]
+    return settings_errors(caught.value, flags)
+
+
+def test_a_bad_variable_is_named_with_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = errors_for(monkeypatch, {"SENTIMENT_BATCH__MAX_PENDING_TEXTS": "lots"})
+    assert lines == [
+        "SENTIMENT_BATCH__MAX_PENDING_TEXTS='lots': Input should be a valid integer, "
+        "unable to parse string as an integer"
+    ]
+
+
+def test_a_bad_flag_is_named_as_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert errors_for(monkeypatch, {}, metrics_port=0) == [
+        "--metrics-port=0: Input should be greater than or equal to 1"
+    ]
+
+
+def test_an_unknown_nested_setting_lists_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    (line,) = errors_for(monkeypatch, {"SENTIMENT_BATCH__MAX_BATCH_SIZE": "8"})
+    assert line.startswith("SENTIMENT_BATCH__MAX_BATCH_SIZE='8': no such setting; known: ")
+    assert "SENTIMENT_BATCH__MAX_BATCH_TEXTS" in line
+
+
+def test_a_rule_across_settings_keeps_its_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    (line,) = errors_for(monkeypatch, {"SENTIMENT_WINDOW_OVERLAP": "200"})
+    assert line.startswith("window_overlap (200) must be at most half of max_seq_len")
+
+
+def test_every_known_variable_is_read_by_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    known = known_variables()
+    assert "SENTIMENT_REQUEST_TIMEOUT_S" in known
+    assert "SENTIMENT_BATCH__MAX_PENDING_TEXTS" in known
+    monkeypatch.setenv("SENTIMENT_BATCH__MAX_PENDING_TEXTS", "700")
+    monkeypatch.setenv("SENTIMENT_REQUEST_TIMEOUT_S", "3")
+    settings = Settings()
+    assert (settings.batch.max_pending_texts, settings.request_timeout_s) == (700, 3.0)
+
+
+def test_typos_are_warned_about_and_everything_else_is_not() -> None:
+    environ = {
+        "SENTIMENT_REQUEST_TIMEOUT": "5",
+        "SENTIMENT_QWERTY": "1",
+        "SENTIMENT_PORT": "8000",
+        "SENTIMENT_BATCH__NOPE": "1",  # validation names a nested one, with the known names
+        "PATH": "/usr/bin",
+    }
+    assert unknown_variables(environ) == [
+        "SENTIMENT_QWERTY is not a setting and is ignored",
+        "SENTIMENT_REQUEST_TIMEOUT is not a setting and is ignored "
+        "(did you mean SENTIMENT_REQUEST_TIMEOUT_S?)",
+    ]
