@@ -13,6 +13,7 @@ from typing import Any
 from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application, Deployment
 
+from service.envcheck import unknown_args
 from service.ingress import IN_PROCESS, MODEL_DEPLOYMENT, SentimentIngress
 from service.replica import ModelReplica
 from service.settings import Settings
@@ -95,6 +96,10 @@ def app_for(settings: Settings) -> Application:
 def build_app(args: dict[str, Any] | None = None) -> Application:
     """Ray Serve application builder (`import_path: service.deployment:build_app`).
 
-    `args` override `SENTIMENT_*` environment variables, field by field.
+    `args` override `SENTIMENT_*` environment variables, field by field; a key that is not
+    a setting fails the deploy, naming it.
     """
+    unknown = unknown_args(args or {})
+    if unknown:
+        raise ValueError("; ".join(unknown))
     return app_for(Settings(**(args or {})))

@@ -43,6 +43,19 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return warnings
 
 
+def unknown_args(args: Mapping[str, Any]) -> list[str]:
+    """A line for each key of a Serve config's application `args` that is not a setting, with
+    the closest one: Settings ignores unknown names (it also reads the environment), so a
+    misspelt key would otherwise leave its setting at the default."""
+    known = list(Settings.model_fields)
+    lines = []
+    for key in sorted(set(args) - set(known)):
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        lines.append(f"args key {key!r} is not a service setting{hint}")
+    return lines
+
+
 def settings_errors(exc: ValidationError, flags: Mapping[str, Any]) -> list[str]:
     """One line per bad setting, named as the user set it: the command-line flag when one
     was given (`flags`: field to value), else the SENTIMENT_* variable, with the value."""

@@ -65,3 +65,13 @@ def test_typos_are_warned_about_and_everything_else_is_not() -> None:
         "SENTIMENT_REQUEST_TIMEOUT is not a setting and is ignored "
         "(did you mean SENTIMENT_REQUEST_TIMEOUT_S?)",
     ]
+
+
+def test_a_misspelt_application_arg_fails_the_build() -> None:
+    from service.deployment import build_app
+
+    with pytest.raises(
+        ValueError,
+        match=r"'request_timeout' is not a service setting \(did you mean 'request_timeout_s'\?\)",
+    ):
+        build_app({"request_timeout": 5})
