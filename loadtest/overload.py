@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,18 @@ async def run(url: str, texts: int, words: int, rate: float, seconds: float) -> 
     }
 
 
+def not_ready(url: str) -> str | None:
+    """None when the service at `url` answers /readyz with 200, else why not: a run against
+    no service would only count connection errors."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/readyz", timeout=10):
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"/readyz answered {exc.code}"
+    except OSError as exc:
+        return str(getattr(exc, "reason", exc))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -61,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=40.0, help="how long arrivals last")
     parser.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     args = parser.parse_args(argv)
+    problem = not_ready(args.url)
+    if problem:
+        print(
+            f"error: no ready service at {args.url} ({problem}); start one with `make serve`, "
+            "or pass --url",
+            file=sys.stderr,
+        )
+        return 2
     result = asyncio.run(run(args.url, args.texts, args.words, args.rate, args.seconds))
     print(json.dumps(result))
     if args.out:

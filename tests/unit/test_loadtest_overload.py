@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 from aiohttp import web
 
-from loadtest.overload import body, run
+from loadtest.overload import body, main, run
 
 
 def test_a_request_holds_distinct_reviews_of_about_the_words_asked() -> None:
@@ -55,3 +57,14 @@ def test_every_request_is_counted_once_under_its_status() -> None:
     assert result["requests"] == len(seen) == sum(statuses.values()) > 5
     assert statuses["200"] == (len(seen) + 1) // 2 and statuses["429"] == len(seen) // 2
     assert result["texts_answered_per_s"] > 0 and set(result["p50_s"]) == {"200", "429"}
+
+
+def test_no_ready_service_is_an_error_and_nothing_is_sent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    assert main(["--url", url, "--seconds", "0.5"]) == 2
+    captured = capsys.readouterr()
+    assert f"no ready service at {url}" in captured.err and captured.out == ""
