@@ -114,7 +114,10 @@ class Coalescer:
             budgets = np.repeat([w.deadline - now for w in batch], sizes).astype(np.float32)
             probs, status = await self.call(packed, budgets)
             answered = time.monotonic()
-            if self._queue:  # busy, not idle: the call's time is the model's pace
+            # Busy, not idle: the call's time is the model's pace. Not this replica's first
+            # call, which also opened the channel to the model replica (hundreds of ms once):
+            # a pace taken from it refused requests a new ingress replica could answer.
+            if self._queue and self._answered:
                 self.paced(len(packed.ids), answered - max(now, self._answered))
             self._answered = answered
             start = 0

@@ -27,6 +27,18 @@ def test_the_pace_starts_from_the_models_estimate_until_a_call_is_timed() -> Non
     assert pace.tokens_per_s == pytest.approx(300.0)  # nothing to learn from those
 
 
+def test_a_small_call_answered_with_a_big_one_does_not_drag_the_pace() -> None:
+    # The model replica batches calls together: a call of 10 tokens answered 0.05 s after
+    # one of 1,000 (0.5 s) shares its time. Both together ran 1,010 tokens in 0.55 s.
+    pace = Pace(weight=0.3)
+    for _ in range(20):
+        pace.observe(1000, 0.5)
+        pace.observe(10, 0.05)
+    assert pace.tokens_per_s is not None
+    # Ratio of sums, not a mean of rates (2,000 and 200 a second: ~1,100-1,500 as they come).
+    assert 1700 < pace.tokens_per_s < 2000
+
+
 def test_a_request_that_would_wait_out_its_deadline_gets_429_now() -> None:
     admission = Admission(limit=100, retry_after_s=2)
     admission.pace.observe(100, 1.0)  # 100 tokens a second

@@ -189,3 +189,29 @@ def test_calls_with_work_queued_behind_them_time_the_pace(encoder: WindowEncoder
     # The second and third calls had requests waiting; the last one answered nobody waiting.
     assert [t for t, _ in paced] == [tokens, tokens]
     assert all(0.05 <= s < 0.5 for _, s in paced), paced
+
+
+def test_the_first_call_does_not_time_the_pace(encoder: WindowEncoder) -> None:
+    # A replica's first call also opens its channel to the model replica: slow once. Timed,
+    # it would make a new ingress replica refuse what it could answer.
+    model = FakeModel(pause_s=0.05)
+    first_pause = 0.6
+    paced: list[tuple[int, float]] = []
+
+    async def cold_then_warm(packed: Packed, budgets: np.ndarray) -> Scored:
+        model.pause_s = first_pause if not model.calls else 0.05
+        return await model(packed, budgets)
+
+    async def main() -> None:
+        coalescer = Coalescer(
+            cold_then_warm, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
+        )
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit(encoder.encode([f"text {i}"]), deadline) for i in range(3)]
+        await asyncio.gather(*futures)
+
+    asyncio.run(main())
+    assert model.calls == [1, 1, 1]
+    # The first call had work behind it but is not timed; the second is; the third answered
+    # nobody waiting.
+    assert len(paced) == 1 and 0.05 <= paced[0][1] < first_pause, paced
