@@ -1,15 +1,17 @@
-"""`make chaos`: SIGKILL a model replica while clients send requests, and report what they saw.
+"""`make chaos`: SIGKILL a replica while clients send requests, and report what they saw.
 
     python -m loadtest.chaos --model-path models/default --replicas 2 1 --out results/chaos
+    python -m loadtest.chaos --model-path models/default --kill ingress --replicas 2
 
-For each count of model replicas: the service on a local Ray with HAProxy ingress (as `make
-bench` runs it), `--clients` closed-loop clients sending one text per request (after a 429 or
-503 they wait for its Retry-After), and after `--before-s` the busiest model replica process
-SIGKILLed. The load goes on until Ray has every replica running again and answers are 200
-again (at least `--after-s`, at most `--max-after-s` past the kill). Writes chaos.json
-(figures, per-second timeline) and chaos.md, and prints the table. Exits 1 when a two-replica
-run lost or failed a request, or a one-replica run never answered 200 again; 2 when the
-service could not run.
+For each count of replicas of the deployment `--kill` names (the model by default; the other
+deployment has one replica): the service in two tiers on a local Ray with HAProxy ingress (as
+`make bench` runs it), `--clients` closed-loop clients sending one text per request (after a
+429 or 503 they wait for its Retry-After), and after `--before-s` the busiest replica process
+of that deployment SIGKILLed. The load goes on until Ray has every replica running again and
+answers are 200 again (at least `--after-s`, at most `--max-after-s` past the kill). Writes
+chaos.json (figures, per-second timeline) and chaos.md, and prints the table. Exits 1 when a
+run with a replica left lost or failed a request, or a one-replica run never answered 200
+again; 2 when the service could not run.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from loadtest.report import hardware
 
 APP = "chaos"
 MODEL = "SentimentModel"
+DEPLOYMENTS = {"model": MODEL, "ingress": "SentimentIngress"}
 RESENT = "ray_sentiment_resent_model_calls_total"
+REJECTIONS = "ray_sentiment_rejections_total"
 
 
 def replica_pids(app: str, deployment: str, root: int, proc: Path = cpu.PROC) -> list[int]:
@@ -48,23 +52,24 @@ def replica_pids(app: str, deployment: str, root: int, proc: Path = cpu.PROC) ->
     return sorted(p for p in below if cpu.cmdline(p, proc).split(" ", 1)[0].split(".")[0] == title)
 
 
-def _running(app: str) -> int | None:
-    """Model replicas Ray reports RUNNING (None: status unavailable)."""
+def _running(app: str, deployment: str) -> int | None:
+    """Replicas of `deployment` Ray reports RUNNING (None: status unavailable)."""
     from ray import serve
     from ray.serve._private.common import ReplicaState
 
     try:
-        status = serve.status().applications[app].deployments[MODEL]
+        status = serve.status().applications[app].deployments[deployment]
     except Exception:  # the controller is busy or the app is gone: no sample
         return None
     return int(status.replica_states.get(ReplicaState.RUNNING, 0))
 
 
 class Watch:
-    """Samples Ray's count of running model replicas in a thread (serve.status blocks)."""
+    """Samples Ray's count of running replicas of one deployment in a thread (serve.status
+    blocks)."""
 
-    def __init__(self, app: str, t0: float, every_s: float = 0.2) -> None:
-        self.app, self.t0, self.every_s = app, t0, every_s
+    def __init__(self, app: str, deployment: str, t0: float, every_s: float = 0.2) -> None:
+        self.app, self.deployment, self.t0, self.every_s = app, deployment, t0, every_s
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -72,7 +77,7 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            running = _running(self.app)
+            running = _running(self.app, self.deployment)
             if running is not None:
                 self.samples.append((time.perf_counter() - self.t0, running))
             self._stop.wait(self.every_s)
@@ -82,9 +87,10 @@ class Watch:
         self._thread.join()
 
 
-def busiest(pids: list[int], window_s: float = 0.5) -> int:
-    """The replica whose forward thread computed most in the last `window_s`: the one that
-    surely holds calls (an idle one's death would test nothing)."""
+def busiest(pids: list[int], window_s: float = 0.5, forwards: bool = True) -> int:
+    """The replica that computed most in the last `window_s` (its forward threads, or with
+    `forwards` False the whole process): the one that surely holds work (an idle one's death
+    would test nothing)."""
     before = cpu.snapshot(os.getpid())
     time.sleep(window_s)
     after = cpu.snapshot(os.getpid())
@@ -92,20 +98,24 @@ def busiest(pids: list[int], window_s: float = 0.5) -> int:
     for key, sample in after.samples.items():
         if sample.pid in work:
             start = before.samples.get(key)
-            work[sample.pid] = sample.forward_ticks - (start.forward_ticks if start else 0)
+            if forwards:
+                work[sample.pid] = sample.forward_ticks - (start.forward_ticks if start else 0)
+            else:
+                work[sample.pid] = sample.ticks - (start.ticks if start else 0)
     return max(pids, key=lambda pid: work[pid])
 
 
-async def _kill_one(after_s: float, replicas: int, t0: float) -> tuple[int, float]:
-    """SIGKILL the busiest model replica process `after_s` from now; (its pid, when)."""
+async def _kill_one(after_s: float, deployment: str, replicas: int, t0: float) -> tuple[int, float]:
+    """SIGKILL the busiest replica process of `deployment` `after_s` from now; (its pid,
+    when)."""
     await asyncio.sleep(after_s)
-    pids = replica_pids(APP, MODEL, os.getpid())
+    pids = replica_pids(APP, deployment, os.getpid())
     if len(pids) != replicas:
-        raise RuntimeError(f"expected {replicas} {MODEL} replica processes, found {pids}")
-    victim = await asyncio.to_thread(busiest, pids)
+        raise RuntimeError(f"expected {replicas} {deployment} replica processes, found {pids}")
+    victim = await asyncio.to_thread(busiest, pids, 0.5, deployment == MODEL)
     os.kill(victim, signal.SIGKILL)
     kill = time.perf_counter() - t0
-    print(f"  SIGKILLed {MODEL} replica pid {victim} at {kill:.1f}s", flush=True)
+    print(f"  SIGKILLed {deployment} replica pid {victim} at {kill:.1f}s", flush=True)
     return victim, kill
 
 
@@ -114,7 +124,8 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
     payloads = bodies(corpus.generate(512, seed=11), 1)
     requests: list[Request] = []
     t0 = time.perf_counter()
-    watch = Watch(APP, t0)
+    deployment = DEPLOYMENTS[args.kill]
+    watch = Watch(APP, deployment, t0)
     kill = 0.0
     stop = asyncio.Event()
 
@@ -148,7 +159,7 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         clients = [asyncio.create_task(client(session, i)) for i in range(args.clients)]
         try:
-            victim, kill = await _kill_one(args.before_s, replicas, t0)
+            victim, kill = await _kill_one(args.before_s, deployment, replicas, t0)
             settle: float | None = None
             while (now := time.perf_counter() - t0) - kill < args.max_after_s:
                 if settle is None and recovered(now):
@@ -161,6 +172,7 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
             watch.stop()
             await asyncio.gather(*clients, return_exceptions=True)
     return {
+        "killed": deployment,
         "replicas": replicas,
         "clients": args.clients,
         "killed_pid": victim,
@@ -186,30 +198,43 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
     from service.deployment import application
 
     settings = serving.service_settings(args.model_path, args.threads, "cpu", "auto", 1)
-    update = {"num_replicas": replicas, "ingress_calls_in_flight": args.calls_in_flight}
+    # Two tiers always: a model replica's death is then survivable (its calls are resent).
+    update: dict[str, Any] = {"ingress_calls_in_flight": args.calls_in_flight}
+    update["layout"] = "two-tier"
+    update["num_replicas" if args.kill == "model" else "ingress_replicas"] = replicas
     settings = settings.model_copy(update=update)
-    cpus = settings.num_cpus * replicas + settings.ingress_num_cpus
+    cpus = settings.num_cpus * settings.num_replicas
+    cpus += settings.ingress_num_cpus * settings.ingress_replicas
     # Ray exports metrics every 10 s by default; the resend count is read at the end.
     os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
     with serving.ray_serve("haproxy", cpus) as base:
         serve.run(application(settings), name=APP, route_prefix=f"/{APP}")
         deadline = time.monotonic() + args.start_timeout_s
         # /readyz answers once one replica does; the kill needs every one of them up.
-        while not _ready(f"{base}/{APP}/readyz") or _running(APP) != replicas:
+        while (
+            not _ready(f"{base}/{APP}/readyz") or _running(APP, DEPLOYMENTS[args.kill]) != replicas
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError("the service did not get ready")
             time.sleep(1)
-        print(f"{replicas} model replica(s): {args.clients} clients", flush=True)
+        print(f"{replicas} {args.kill} replica(s): {args.clients} clients", flush=True)
         doc = asyncio.run(rehearse(f"{base}/{APP}/v1/classify", args, replicas))
         metrics = scrape.scrape(f"http://127.0.0.1:{serving.metrics_port()}/metrics")
         doc["resent_calls"] = scrape.total(metrics, RESENT, application=APP)
+        # The service's own refusals by reason (Ray's queue bound answers 429 outside them).
+        doc["rejections"] = scrape.by_label(metrics, REJECTIONS, "reason")
         return doc
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--model-path", type=Path, required=True)
-    parser.add_argument("--replicas", type=int, nargs="+", default=[2, 1])
+    parser.add_argument(
+        "--kill", choices=sorted(DEPLOYMENTS), default="model", help="whose replica is killed"
+    )
+    parser.add_argument(
+        "--replicas", type=int, nargs="+", default=[2, 1], help="of the deployment --kill names"
+    )
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
     parser.add_argument(

@@ -1,9 +1,9 @@
-"""Figures of a fault rehearsal: what clients saw around one SIGKILLed model replica.
+"""Figures of a fault rehearsal: what clients saw around one SIGKILLed replica.
 
 Pure functions over the rehearsal's records (`loadtest.chaos` makes them): every request as
-(start, end, status) and Ray's count of running model replicas over time, all in seconds
-since the load began. Status 0 is a request that got no HTTP answer (connection error or
-client timeout): lost.
+(start, end, status) and Ray's count of running replicas of the deployment killed from over
+time, all in seconds since the load began. Status 0 is a request that got no HTTP answer
+(connection error or client timeout): lost.
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def _s(value: float | None, form: str = "{:.2f}") -> str:
 
 
 def markdown(scenarios: list[dict[str, Any]]) -> str:
-    """One row per scenario (model replicas killed from)."""
+    """One row per scenario (the deployment a replica was killed from, and its replicas)."""
     lines = [
-        "| model replicas | requests | by status | lost | max latency s | max latency s, "
+        "| replicas, one killed | requests | by status | lost | max latency s | max latency s, "
         "in flight at the kill or sent 5 s after | first 503 after kill s | 503 latency "
         "p50 / max s | 200s again after kill s | Ray: noticed / all RUNNING again s | calls "
         "resent |",
@@ -119,8 +119,9 @@ def markdown(scenarios: list[dict[str, Any]]) -> str:
     for doc in scenarios:
         f, refused, ray = doc["figures"], doc["figures"]["refused_503"], doc["figures"]["ray"]
         statuses = ", ".join(f"{k}: {v}" for k, v in f["statuses"].items())
+        killed = doc.get("killed", "SentimentModel")
         lines.append(
-            f"| {doc['replicas']} | {f['requests']} | {statuses} | {f['lost']} | "
+            f"| {doc['replicas']} {killed} | {f['requests']} | {statuses} | {f['lost']} | "
             f"{_s(f['max_latency_s'])} | {_s(f['around_kill']['max_latency_s'])} | "
             f"{_s(refused['first_after_kill_s'])} | {_s(refused['p50_latency_s'])} / "
             f"{_s(refused['max_latency_s'])} | {_s(f['resumed_s'])} | "

@@ -61,7 +61,8 @@ def test_one_replica_refused_then_resumed() -> None:
     assert f["max_latency_s"] == 31.05
     assert f["ray"] == {"noticed_s": 1.0, "healthy_s": 3.9}
     rows = markdown([{"replicas": 1, "figures": f}]).splitlines()
-    assert len(rows) == 3 and rows[2].startswith("| 1 | 201 | 0: 1, 200: 160, 503: 40 | 1 |")
+    row = "| 1 SentimentModel | 201 | 0: 1, 200: 160, 503: 40 | 1 |"
+    assert len(rows) == 3 and rows[2].startswith(row)
 
 
 def test_ray_never_noticing_or_never_recovering_is_none() -> None:
