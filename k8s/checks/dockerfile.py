@@ -92,7 +92,8 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
                 )
     env_lines = re.sub(r"\\\n", " ", text)
     for name, value in HIGH_THROUGHPUT_ENV.items():
-        if not re.search(rf"^ENV\s.*\b{name}={value}\b", env_lines, re.M):
+        v = re.escape(value)  # quoted when it holds spaces
+        if not re.search(rf'^ENV\s.*\b{name}=(?:"{v}"|{v}(?=\s|$))', env_lines, re.M):
             report.fail("dockerfile", f"the image must default to ENV {name}={value}")
     _check_dockerignore(root, text, report)
     version = project["version"]
