@@ -8,12 +8,14 @@ packed token ids; the model replica batches across every ingress and runs the fo
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application, Deployment
 
-from service.envcheck import unknown_args
+from service.envcheck import unknown_args, unknown_variables
 from service.ingress import IN_PROCESS, MODEL_DEPLOYMENT, SentimentIngress
 from service.replica import ModelReplica
 from service.settings import Settings
@@ -97,9 +99,11 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     """Ray Serve application builder (`import_path: service.deployment:build_app`).
 
     `args` override `SENTIMENT_*` environment variables, field by field; a key that is not
-    a setting fails the deploy, naming it.
+    a setting fails the deploy, naming it. A SENTIMENT_* variable that is not one is logged.
     """
     unknown = unknown_args(args or {})
     if unknown:
         raise ValueError("; ".join(unknown))
+    for warning in unknown_variables(os.environ):
+        logging.getLogger("ray.serve").warning(warning)
     return app_for(Settings(**(args or {})))

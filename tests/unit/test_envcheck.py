@@ -75,3 +75,21 @@ def test_a_misspelt_application_arg_fails_the_build() -> None:
         match=r"'request_timeout' is not a service setting \(did you mean 'request_timeout_s'\?\)",
     ):
         build_app({"request_timeout": 5})
+
+
+def test_the_builder_logs_a_misspelt_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from service.deployment import build_app
+
+    monkeypatch.setenv("SENTIMENT_REQUEST_TIMEOUT", "5")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("ray.serve")
+    logger.addHandler(handler)
+    try:
+        build_app({})
+    finally:
+        logger.removeHandler(handler)
+    assert any("did you mean SENTIMENT_REQUEST_TIMEOUT_S?" in line for line in seen), seen
