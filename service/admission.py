@@ -34,8 +34,8 @@ class Pace:
     every ingress together, so a call of a few tokens answered with a big one takes the big
     one's time. Its rate alone reads a small fraction of the pace, and a mean of rates swings
     with each such call; weighted by their seconds, calls sum to the pace they share (within
-    a few percent of the tokens answered a second, measured, where a mean of rates read 1.2-1.4x
-    that)."""
+    a few percent of the tokens answered a second, measured, where a mean of rates read up to
+    1.4x that)."""
 
     def __init__(self, weight: float = 0.3) -> None:
         self.weight = weight  # of the newest call in each running mean

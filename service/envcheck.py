@@ -30,13 +30,13 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     variables, so other tools may share the prefix)."""
     known = known_variables()
     groups = tuple(name + NESTED for name in known)
+    # Compared without the prefix, which every name shares and which would make any two
+    # look alike.
+    tails = [known_name.removeprefix(PREFIX) for known_name in known]
     warnings = []
     for name in sorted(environ):
         if not name.startswith(PREFIX) or name in known or name.startswith(groups):
             continue  # a setting, or one in a nested group, which validation names
-        # Compared without the prefix, which every name shares and which would make any
-        # two look alike.
-        tails = [known_name.removeprefix(PREFIX) for known_name in known]
         close = difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1)
         hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
         warnings.append(f"{name} is not a setting and is ignored{hint}")
