@@ -18,7 +18,6 @@ import logging
 import os
 import random
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from locust.runners import WorkerRunner
 
 from loadtest import corpus, shapes
 from loadtest.capacity import capacity, step_results
-from loadtest.scrape import ServerWatch
+from loadtest.scrape import ServerWatch, not_ready
 from loadtest.summary import slo_verdict, write
 from loadtest.timeline import Timeline
 
@@ -172,21 +171,12 @@ def _prepare(environment: Environment, **_: Any) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-def _service_ready(host: str) -> str | None:
-    """None when /readyz answers 200, else why not."""
-    try:
-        with urllib.request.urlopen(f"{host.rstrip('/')}/readyz", timeout=10) as response:
-            return None if response.status == 200 else f"/readyz answered {response.status}"
-    except OSError as exc:
-        return str(exc)
-
-
 @events.test_start.add_listener
 def _start(environment: Environment, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
     options: Any = environment.parsed_options
-    problem = _service_ready(environment.host or "")
+    problem = not_ready(environment.host or "")
     if problem:
         log.error(
             "no ready service at %s (%s). Start one with `make serve`, or pass --host.",

@@ -16,12 +16,11 @@ import argparse
 import asyncio
 import json
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from loadtest.httpload import open_loop
+from loadtest.scrape import not_ready
 
 REVIEW = (
     "The battery lasted two days, the screen is bright and sharp, but the charger broke "
@@ -53,18 +52,6 @@ async def run(url: str, texts: int, words: int, rate: float, seconds: float) -> 
         "texts_answered_per_s": round(result.texts / result.seconds, 2),
         "p50_s": {str(s): round(sorted(v)[len(v) // 2], 3) for s, v in sorted(latencies.items())},
     }
-
-
-def not_ready(url: str) -> str | None:
-    """None when the service at `url` answers /readyz with 200, else why not: a run against
-    no service would only count connection errors."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/readyz", timeout=10):
-            return None
-    except urllib.error.HTTPError as exc:
-        return f"/readyz answered {exc.code}"
-    except OSError as exc:
-        return str(getattr(exc, "reason", exc))
 
 
 def main(argv: list[str] | None = None) -> int:

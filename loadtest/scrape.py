@@ -1,4 +1,5 @@
-"""Server-side figures for a load run, from the service's Prometheus endpoint(s).
+"""Server-side figures for a load run, from the service's Prometheus endpoint(s), and whether
+the service is ready to be loaded at all.
 
 Scraped at the start, during and at the end of the run; counters and histograms are read as
 differences between the first and last scrape, gauges as the maximum seen.
@@ -7,6 +8,7 @@ differences between the first and last scrape, gauges as the maximum seen.
 from __future__ import annotations
 
 import math
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -132,3 +134,15 @@ class ServerWatch:
             "gpu_memory_peak_bytes_max": self.peaks.get("gpu_memory_peak_bytes", 0.0),
             "gpu_memory_reserved_bytes_max": self.peaks.get("gpu_memory_reserved_bytes", 0.0),
         }
+
+
+def not_ready(base_url: str) -> str | None:
+    """None when the service at `base_url` answers /readyz with 200, else why not: a run
+    against no service would only count connection errors."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/readyz", timeout=10):
+            return None
+    except urllib.error.HTTPError as exc:  # any status but 2xx
+        return f"/readyz answered {exc.code}"
+    except OSError as exc:
+        return str(getattr(exc, "reason", exc))
