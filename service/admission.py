@@ -40,13 +40,14 @@ class Pace:
     def __init__(self, weight: float = 0.3) -> None:
         self.weight = weight  # of the newest call in each running mean
         self.tokens_per_s: float | None = None
-        self.measured = False  # a call has been timed; the model's estimate no longer counts
-        self._tokens = 0.0  # running means of the timed calls' tokens and seconds
+        # Running means of the timed calls' tokens and seconds; seconds stay 0 until a call
+        # is timed, and from then on the model's estimate no longer counts.
+        self._tokens = 0.0
         self._seconds = 0.0
 
     def seed(self, tokens_per_s: float | None) -> None:
         """The model's estimate (from its warm-up), used until a call is timed."""
-        if not self.measured and tokens_per_s and tokens_per_s > 0:
+        if not self._seconds and tokens_per_s and tokens_per_s > 0:
             self.tokens_per_s = tokens_per_s
 
     def observe(self, tokens: int, seconds: float) -> None:
@@ -54,8 +55,8 @@ class Pace:
         was answered, whichever came later, with more work queued behind it."""
         if tokens <= 0 or seconds <= 0:
             return
-        if not self.measured:
-            self._tokens, self._seconds, self.measured = float(tokens), seconds, True
+        if not self._seconds:
+            self._tokens, self._seconds = float(tokens), seconds
         else:
             self._tokens += self.weight * (tokens - self._tokens)
             self._seconds += self.weight * (seconds - self._seconds)
