@@ -94,14 +94,16 @@ def busiest(pids: list[int], window_s: float = 0.5, forwards: bool = True) -> in
     before = cpu.snapshot(os.getpid())
     time.sleep(window_s)
     after = cpu.snapshot(os.getpid())
+
+    def ticks(sample: cpu.Sample | None) -> int:
+        if sample is None:
+            return 0
+        return sample.forward_ticks if forwards else sample.ticks
+
     work = {pid: 0 for pid in pids}
     for key, sample in after.samples.items():
         if sample.pid in work:
-            start = before.samples.get(key)
-            if forwards:
-                work[sample.pid] = sample.forward_ticks - (start.forward_ticks if start else 0)
-            else:
-                work[sample.pid] = sample.ticks - (start.ticks if start else 0)
+            work[sample.pid] = ticks(sample) - ticks(before.samples.get(key))
     return max(pids, key=lambda pid: work[pid])
 
 
@@ -197,6 +199,7 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
 
     from service.deployment import application
 
+    deployment = DEPLOYMENTS[args.kill]
     settings = serving.service_settings(args.model_path, args.threads, "cpu", "auto", 1)
     # Two tiers always: a model replica's death is then survivable (its calls are resent).
     update: dict[str, Any] = {"ingress_calls_in_flight": args.calls_in_flight}
@@ -211,9 +214,7 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
         serve.run(application(settings), name=APP, route_prefix=f"/{APP}")
         deadline = time.monotonic() + args.start_timeout_s
         # /readyz answers once one replica does; the kill needs every one of them up.
-        while (
-            not _ready(f"{base}/{APP}/readyz") or _running(APP, DEPLOYMENTS[args.kill]) != replicas
-        ):
+        while not _ready(f"{base}/{APP}/readyz") or _running(APP, deployment) != replicas:
             if time.monotonic() > deadline:
                 raise RuntimeError("the service did not get ready")
             time.sleep(1)
