@@ -2,6 +2,8 @@
 
     python -m loadtest.chaos --model-path models/default --replicas 2 1 --out results/chaos
     python -m loadtest.chaos --model-path models/default --kill ingress --replicas 2
+    python -m loadtest.chaos --model-path models/default --kill ingress --replicas 2 \
+        --client http.client
 
 For each count of replicas of the deployment `--kill` names (the model by default; the other
 deployment has one replica): the service in two tiers on a local Ray with HAProxy ingress (as
@@ -28,9 +30,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from loadtest import corpus, cpu, scrape, serving
+from loadtest.clientload import AsyncClients, ThreadClients
 from loadtest.httpload import bodies
 from loadtest.outage import Request, figures, markdown, timeline
 from loadtest.report import hardware
@@ -129,25 +130,6 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
     deployment = DEPLOYMENTS[args.kill]
     watch = Watch(APP, deployment, t0)
     kill = 0.0
-    stop = asyncio.Event()
-
-    async def client(session: aiohttp.ClientSession, i: int) -> None:
-        n = i
-        while not stop.is_set() and len(requests) < args.max_requests:
-            body = payloads[n % len(payloads)][0]
-            n += args.clients
-            start = time.perf_counter() - t0
-            try:
-                async with session.post(
-                    url, data=body, headers={"content-type": "application/json"}
-                ) as r:
-                    await r.read()
-                    status, retry = r.status, r.headers.get("retry-after", "")
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                status, retry = 0, ""
-            requests.append(Request(start, time.perf_counter() - t0, status))
-            if status in (429, 503) and retry.isdigit():  # as a well-behaved client does
-                await asyncio.sleep(int(retry))
 
     def recovered(now: float) -> bool:
         f = figures(requests, kill, watch.samples, replicas)
@@ -156,27 +138,39 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
         )
         return now - kill >= args.after_s and back
 
-    timeout = aiohttp.ClientTimeout(total=args.client_timeout_s)
-    connector = aiohttp.TCPConnector(limit=args.clients, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        clients = [asyncio.create_task(client(session, i)) for i in range(args.clients)]
-        try:
-            victim, kill = await _kill_one(args.before_s, deployment, replicas, t0)
-            settle: float | None = None
-            while (now := time.perf_counter() - t0) - kill < args.max_after_s:
-                if settle is None and recovered(now):
-                    settle = now
-                if settle is not None and now - settle >= args.settle_s:
-                    break
-                await asyncio.sleep(0.5)
-        finally:
-            stop.set()
-            watch.stop()
-            await asyncio.gather(*clients, return_exceptions=True)
+    async def kill_and_recover() -> int:
+        """SIGKILL the replica, then wait for recovery and `--settle-s` more; its pid."""
+        nonlocal kill
+        victim, kill = await _kill_one(args.before_s, deployment, replicas, t0)
+        settle: float | None = None
+        while (now := time.perf_counter() - t0) - kill < args.max_after_s:
+            if settle is None and recovered(now):
+                settle = now
+            if settle is not None and now - settle >= args.settle_s:
+                break
+            await asyncio.sleep(0.5)
+        return victim
+
+    kind = ThreadClients if args.client == "http.client" else AsyncClients
+    clients = kind(
+        url,
+        [body for body, _ in payloads],
+        args.clients,
+        requests.append,
+        lambda: len(requests) < args.max_requests,
+        args.client_timeout_s,
+    )
+    clients.start(t0)
+    try:
+        victim = await kill_and_recover()
+    finally:
+        watch.stop()
+        await clients.stop()
     return {
         "killed": deployment,
         "replicas": replicas,
         "clients": args.clients,
+        "client": args.client,
         "killed_pid": victim,
         "kill_at_s": round(kill, 3),
         "figures": figures(requests, kill, watch.samples, replicas),
@@ -237,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         "--replicas", type=int, nargs="+", default=[2, 1], help="of the deployment --kill names"
     )
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument(
+        "--client",
+        choices=["aiohttp", "http.client"],
+        default="aiohttp",
+        help="asyncio clients, or a thread of blocking keep-alive connection each",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
     parser.add_argument(
         "--calls-in-flight", type=int, default=2, help="per ingress (KubeRay's setting)"
