@@ -212,7 +212,9 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the service did not get ready")
             time.sleep(1)
-        print(f"{replicas} {args.kill} replica(s): {args.clients} clients", flush=True)
+        print(
+            f"{replicas} {args.kill} replica(s): {args.clients} {args.client} clients", flush=True
+        )
         doc = asyncio.run(rehearse(f"{base}/{APP}/v1/classify", args, replicas))
         metrics = scrape.scrape(f"http://127.0.0.1:{serving.metrics_port()}/metrics")
         doc["resent_calls"] = scrape.total(metrics, RESENT, application=APP)

@@ -120,6 +120,8 @@ def markdown(scenarios: list[dict[str, Any]]) -> str:
         f, refused, ray = doc["figures"], doc["figures"]["refused_503"], doc["figures"]["ray"]
         statuses = ", ".join(f"{k}: {v}" for k, v in f["statuses"].items())
         killed = doc.get("killed", "SentimentModel")
+        if doc.get("client", "aiohttp") != "aiohttp":  # `make chaos --client http.client`
+            killed += f" ({doc['client']} clients)"
         lines.append(
             f"| {doc['replicas']} {killed} | {f['requests']} | {statuses} | {f['lost']} | "
             f"{_s(f['max_latency_s'])} | {_s(f['around_kill']['max_latency_s'])} | "

@@ -63,6 +63,8 @@ def test_one_replica_refused_then_resumed() -> None:
     rows = markdown([{"replicas": 1, "figures": f}]).splitlines()
     row = "| 1 SentimentModel | 201 | 0: 1, 200: 160, 503: 40 | 1 |"
     assert len(rows) == 3 and rows[2].startswith(row)
+    blocking = {"replicas": 1, "figures": f, "client": "http.client"}
+    assert markdown([blocking]).splitlines()[2].startswith("| 1 SentimentModel (http.client")
 
 
 def test_ray_never_noticing_or_never_recovering_is_none() -> None:
