@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import corpus, cpu, scrape, serving
-from loadtest.clientload import AsyncClients, ThreadClients
+from loadtest.clientload import AsyncClients, Load, ThreadClients
 from loadtest.httpload import bodies
 from loadtest.outage import Request, figures, markdown, timeline
 from loadtest.report import hardware
@@ -151,15 +151,12 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
             await asyncio.sleep(0.5)
         return victim
 
+    def more() -> bool:
+        return len(requests) < int(args.max_requests)
+
+    texts = [body for body, _ in payloads]
     kind = ThreadClients if args.client == "http.client" else AsyncClients
-    clients = kind(
-        url,
-        [body for body, _ in payloads],
-        args.clients,
-        requests.append,
-        lambda: len(requests) < args.max_requests,
-        args.client_timeout_s,
-    )
+    clients = kind(Load(url, texts, args.clients, requests.append, more, args.client_timeout_s))
     clients.start(t0)
     try:
         victim = await kill_and_recover()

@@ -15,6 +15,7 @@ import http.client
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -22,21 +23,24 @@ import aiohttp
 from loadtest.outage import Request
 
 
-class AsyncClients:
-    """`count` aiohttp clients on one session, POSTing `bodies` to `url` in turn until `stop()`
-    or until `more()` says no; each request lands in `record`."""
+@dataclass
+class Load:
+    """`count` clients POSTing `bodies` to `url` in turn until stopped or until `more()` says
+    no; each request lands in `record`."""
 
-    def __init__(
-        self,
-        url: str,
-        bodies: list[bytes],
-        count: int,
-        record: Callable[[Request], None],
-        more: Callable[[], bool],
-        timeout_s: float = 30.0,
-    ) -> None:
-        self.url, self.bodies, self.count, self.record, self.more = url, bodies, count, record, more
-        self.timeout_s = timeout_s
+    url: str
+    bodies: list[bytes]
+    count: int
+    record: Callable[[Request], None]
+    more: Callable[[], bool]
+    timeout_s: float = 30.0
+
+
+class AsyncClients:
+    """The load's clients as asyncio tasks sharing one aiohttp session."""
+
+    def __init__(self, load: Load) -> None:
+        self.load = load
         self.t0 = time.perf_counter()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -45,10 +49,10 @@ class AsyncClients:
     def start(self, t0: float) -> None:
         """Start every client (in the running loop); times in seconds since `t0`."""
         self.t0 = t0
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(limit=self.count, limit_per_host=0)
+        timeout = aiohttp.ClientTimeout(total=self.load.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.load.count, limit_per_host=0)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        self._tasks = [asyncio.create_task(self._run(i)) for i in range(self.count)]
+        self._tasks = [asyncio.create_task(self._run(i)) for i in range(self.load.count)]
 
     async def stop(self) -> None:
         """Stop every client after its request in flight, and close the session."""
@@ -59,43 +63,35 @@ class AsyncClients:
 
     async def _run(self, first: int) -> None:
         assert self._session is not None
-        n = first
-        while not self._stop.is_set() and self.more():
-            body = self.bodies[n % len(self.bodies)]
-            n += self.count
+        load, n = self.load, first
+        while not self._stop.is_set() and load.more():
+            body = load.bodies[n % len(load.bodies)]
+            n += load.count
             start = time.perf_counter() - self.t0
             try:
                 async with self._session.post(
-                    self.url, data=body, headers={"content-type": "application/json"}
+                    load.url, data=body, headers={"content-type": "application/json"}
                 ) as r:
                     await r.read()
                     status, retry = r.status, r.headers.get("retry-after", "")
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status, retry = 0, ""
-            self.record(Request(start, time.perf_counter() - self.t0, status))
+            load.record(Request(start, time.perf_counter() - self.t0, status))
             if status in (429, 503) and retry.isdigit():
                 await asyncio.sleep(int(retry))
 
 
 class ThreadClients:
-    """`count` client threads POSTing `bodies` to `url` in turn until `stop()` or until `more()`
-    says no; each request lands in `record`."""
+    """The load's clients as threads, each on its own blocking keep-alive connection."""
 
-    def __init__(
-        self,
-        url: str,
-        bodies: list[bytes],
-        count: int,
-        record: Callable[[Request], None],
-        more: Callable[[], bool],
-        timeout_s: float = 30.0,
-    ) -> None:
-        self.url, self.bodies, self.record, self.more = urlsplit(url), bodies, record, more
-        self.timeout_s = timeout_s
+    def __init__(self, load: Load) -> None:
+        self.load = load
+        self.url = urlsplit(load.url)
         self.t0 = time.perf_counter()
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._run, args=(i, count), daemon=True) for i in range(count)
+            threading.Thread(target=self._run, args=(i, load.count), daemon=True)
+            for i in range(load.count)
         ]
 
     def start(self, t0: float) -> None:
@@ -112,16 +108,16 @@ class ThreadClients:
 
     def _run(self, first: int, step: int) -> None:
         conn: http.client.HTTPConnection | None = None
-        n = first
-        while not self._stop.is_set() and self.more():
-            body = self.bodies[n % len(self.bodies)]
+        load, n = self.load, first
+        while not self._stop.is_set() and load.more():
+            body = load.bodies[n % len(load.bodies)]
             n += step
             start = time.perf_counter() - self.t0
             retry = ""
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(
-                        self.url.hostname or "127.0.0.1", self.url.port, timeout=self.timeout_s
+                        self.url.hostname or "127.0.0.1", self.url.port, timeout=load.timeout_s
                     )
                 conn.request("POST", self.url.path, body, {"Content-Type": "application/json"})
                 response = conn.getresponse()
@@ -132,7 +128,7 @@ class ThreadClients:
                 if conn is not None:
                     conn.close()
                 conn = None
-            self.record(Request(start, time.perf_counter() - self.t0, status))
+            load.record(Request(start, time.perf_counter() - self.t0, status))
             if status in (429, 503) and retry.isdigit():
                 self._stop.wait(int(retry))
         if conn is not None:

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtest.clientload import AsyncClients, ThreadClients
+from loadtest.clientload import AsyncClients, Load, ThreadClients
 from loadtest.outage import Request
 
 LIMIT = 40
@@ -55,7 +55,7 @@ def url() -> Iterator[str]:
 
 async def _run(kind: type[AsyncClients] | type[ThreadClients], url: str) -> list[Request]:
     records: list[Request] = []
-    clients = kind(url, [b'{"text": "ok"}'], 3, records.append, lambda: len(records) < LIMIT)
+    clients = kind(Load(url, [b'{"text": "ok"}'], 3, records.append, lambda: len(records) < LIMIT))
     clients.start(time.perf_counter())
     deadline = time.monotonic() + 20
     while len(records) < LIMIT and time.monotonic() < deadline:
