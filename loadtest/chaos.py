@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -176,14 +175,6 @@ async def rehearse(url: str, args: argparse.Namespace, replicas: int) -> dict[st
     }
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
     """One rehearsal on a Ray of its own, torn down after."""
     from ray import serve
@@ -205,7 +196,7 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
         serve.run(application(settings), name=APP, route_prefix=f"/{APP}")
         deadline = time.monotonic() + args.start_timeout_s
         # /readyz answers once one replica does; the kill needs every one of them up.
-        while not _ready(f"{base}/{APP}/readyz") or _running(APP, deployment) != replicas:
+        while scrape.not_ready(f"{base}/{APP}") or _running(APP, deployment) != replicas:
             if time.monotonic() > deadline:
                 raise RuntimeError("the service did not get ready")
             time.sleep(1)
