@@ -90,8 +90,7 @@ class ThreadClients:
         self.t0 = time.perf_counter()
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._run, args=(i, load.count), daemon=True)
-            for i in range(load.count)
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(load.count)
         ]
 
     def start(self, t0: float) -> None:
@@ -106,12 +105,12 @@ class ThreadClients:
         for thread in self._threads:
             await asyncio.to_thread(thread.join)
 
-    def _run(self, first: int, step: int) -> None:
+    def _run(self, first: int) -> None:
         conn: http.client.HTTPConnection | None = None
         load, n = self.load, first
         while not self._stop.is_set() and load.more():
             body = load.bodies[n % len(load.bodies)]
-            n += step
+            n += load.count
             start = time.perf_counter() - self.t0
             retry = ""
             try:
