@@ -49,7 +49,7 @@ from service.metrics import IngressMetrics
 from service.modeldir import check_model_dir
 from service.render import answer_bytes, json_bytes
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
-from service.settings import BatchConfig, Settings
+from service.settings import RUN_TIME_LIMITS, Settings, apply_user_config
 
 logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
@@ -70,6 +70,7 @@ class SentimentIngress:
         application that runs it (`python -m service serve` runs the tiers as two), or
         IN_PROCESS: the model core runs in this replica (service/colocated.py)."""
         self.settings = s = Settings.model_validate(settings)
+        self.base = s  # as args and the environment set it; each user_config applies to this
         check_model_dir(s.model_path, s.allow_pickle)
         self.keys = ApiKeys.load(s.api_keys_file)
         self.local: LocalModel | None = None
@@ -90,7 +91,7 @@ class SentimentIngress:
         self.name = s.model_name or s.model_path.name
         self.labels = labels_of(s.model_path)
         self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
-        self.batch = s.batch
+        self.api: FastAPI | None = None  # built by Ray after this; its docs show the limits
         self.metrics = IngressMetrics()
         # A model replica that dies fails the calls it held (RayActorError: ActorDiedError, or
         # ActorUnavailableError over gRPC); each is sent once more, or refused with 503 while
@@ -135,12 +136,22 @@ class SentimentIngress:
         self._publish = asyncio.get_running_loop().create_task(self._publish_metrics())
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """The ingress's share of the batch knobs: admission bound and texts per call."""
-        self.batch = BatchConfig.model_validate(user_config)
-        self.coalescer.max_texts = self.batch.max_batch_texts
-        self.admission.limit = self.batch.max_pending_texts
+        """The ingress's share of the batch knobs (admission bound, texts per call) and the
+        request limits (texts, characters, body size, deadline), in place."""
+        s = apply_user_config(self.base, user_config)
         if self.local:
             self.local.reconfigure(user_config)
+        self.settings = s
+        self.coalescer.max_texts = s.batch.max_batch_texts
+        self.admission.limit = s.batch.max_pending_texts
+        self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
+        if self.api is not None:
+            document_request_body(self.api, CLASSIFY_PATH, self.request_model)
+        logger.info("request limits now %s", self.limits())
+
+    def limits(self) -> dict[str, Any]:
+        """The request limits in force (args or environment, then `user_config`)."""
+        return {key: getattr(self.settings, key) for key in RUN_TIME_LIMITS}
 
     async def check_health(self) -> None:
         """Co-located, the model core's check is this replica's; else Ray's default."""
@@ -149,7 +160,8 @@ class SentimentIngress:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """The lean classify route in front of a FastAPI app for everything else."""
-        return Front(self._fastapi(), CLASSIFY_PATH, self.answer)
+        self.api = self._fastapi()
+        return Front(self.api, CLASSIFY_PATH, self.answer)
 
     def _fastapi(self) -> FastAPI:
         api = create_app()
@@ -177,6 +189,7 @@ class SentimentIngress:
                     **info,
                     "ingress_replica": ingress,
                     "ingress_pace_tokens_per_s": round(pace) if pace else None,
+                    "limits": self.limits(),
                 }
             )
 

@@ -34,7 +34,7 @@ from service.metrics import ModelMetrics
 from service.model import dtype_name
 from service.placement import inline_limit_s, intra_op_threads, load_model, parallel_forwards
 from service.retry import expired_scores
-from service.settings import BatchConfig, Settings
+from service.settings import Settings, apply_user_config
 
 logger = logging.getLogger("ray.serve")
 
@@ -103,9 +103,9 @@ class ModelCore:
         threading.Thread(target=self._publish_gauges, name="gauges", daemon=True).start()
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Apply new batch knobs from Ray's `user_config` without restarting the replica."""
-        config = BatchConfig.model_validate(user_config)
-        Settings.model_validate({**self.settings.model_dump(), "batch": config.model_dump()})
+        """Apply new batch knobs from Ray's `user_config` without restarting the replica (the
+        request limits it may hold are the ingress's: checked here, not used)."""
+        config = apply_user_config(self.settings, user_config).batch
         self.batch = config
         self.batcher.configure(
             config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s

@@ -73,6 +73,12 @@ class BatchConfig(BaseModel):
         return self.model_dump()
 
 
+# Request limits that a `user_config` may also change at run time, beside the batch knobs: only
+# the ingress reads them, so a new deadline or body limit reaches running ingress replicas
+# without restarting the model replicas (a change to the application's `args` restarts both).
+RUN_TIME_LIMITS = ("max_texts_per_request", "max_text_chars", "max_body_bytes", "request_timeout_s")
+
+
 class Settings(BaseSettings):
     """Everything the service needs to start; see README for each variable."""
 
@@ -298,3 +304,14 @@ def local_layout(settings: Settings) -> str:
     small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES and settings.num_gpus == 0
     single = settings.num_replicas == 1 and settings.ingress_replicas == 1
     return "colocated" if small and single else "two-tier"
+
+
+def apply_user_config(settings: Settings, user_config: dict[str, Any]) -> Settings:
+    """`settings` (from args and the environment) with a Ray `user_config` applied: its batch
+    knobs replace `batch`, and any of RUN_TIME_LIMITS it holds replace the settings' own; a
+    limit it leaves out keeps the value from args or the environment. Raises ValidationError,
+    naming the key, on an unknown key, a bad value or a combination that cannot work."""
+    limits = {key: value for key, value in user_config.items() if key in RUN_TIME_LIMITS}
+    knobs = {key: value for key, value in user_config.items() if key not in RUN_TIME_LIMITS}
+    batch = BatchConfig.model_validate(knobs)
+    return Settings.model_validate({**settings.model_dump(), **limits, "batch": batch.model_dump()})

@@ -107,6 +107,9 @@ def shutdown_budget(config: Doc) -> tuple[float, float]:
         )
         for dep in app.get("deployments", []):
             graceful.append(float(dep.get("graceful_shutdown_timeout_s", app_graceful)))
+            # A deadline set at run time (service.settings.RUN_TIME_LIMITS) overrides args.
+            live = (dep.get("user_config") or {}).get("request_timeout_s")
+            deadline = max(deadline, float(live)) if live is not None else deadline
         graceful.append(float(app_graceful))
     return max(graceful or [float(defaults["graceful_shutdown_timeout_s"].default)]), deadline
 

@@ -84,7 +84,7 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
     except Exception as exc:
         report.fail("serve-config", f"{where}: import_path {app.get('import_path')!r}: {exc!r}")
         return
-    from service.settings import BatchConfig, Settings
+    from service.settings import Settings, apply_user_config
 
     # The builder refuses a key that is not a setting (Settings alone would ignore it).
     args = app.get("args", {}) or {}
@@ -95,9 +95,8 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
         # the model); two different dicts would configure half of each.
         report.fail("serve-config", f"{where}: the deployments' user_config differ")
     try:
-        for config in configs:
-            BatchConfig.model_validate(config)
-            Settings.model_validate({**args, "batch": config})
+        for config in configs:  # as the replicas' reconfigure will apply it to their args
+            apply_user_config(Settings.model_validate(args), config)
         built = builder(args)
     except Exception as exc:
         report.fail("serve-config", f"{where}: settings rejected: {exc}")

@@ -94,9 +94,16 @@ class Cluster:
     config_path: Path
     apps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def deploy(self, name: str, batch: dict[str, Any] | None = None, **args: Any) -> Deployed:
-        """Add or update application `name` and wait until it serves that batch config."""
-        user_config = {**TEST_BATCH, **(batch or {})}
+    def deploy(
+        self,
+        name: str,
+        batch: dict[str, Any] | None = None,
+        limits: dict[str, Any] | None = None,
+        **args: Any,
+    ) -> Deployed:
+        """Add or update application `name` and wait until it serves that `user_config`:
+        the batch knobs, and any request `limits` to set at run time."""
+        user_config = {**TEST_BATCH, **(batch or {}), **(limits or {})}
         colocated = args.get("layout") == "colocated"  # one deployment, the ingress
         deployments = DEPLOYMENTS[:1] if colocated else DEPLOYMENTS
         self.apps[name] = {
@@ -163,8 +170,9 @@ def _serves(app: Deployed, user_config: dict[str, Any]) -> bool:
     if status is not None and status.status == "DEPLOY_FAILED":
         raise AssertionError(f"{app.name} failed to deploy: {status.message}")
     try:
-        batch = app.ready().get("batch") or {}
-        return all(batch.get(key) == value for key, value in user_config.items())
+        ready = app.ready()
+        serving = {**(ready.get("batch") or {}), **(ready.get("limits") or {})}
+        return all(serving.get(key) == value for key, value in user_config.items())
     except requests.RequestException:
         return False
 

@@ -69,6 +69,12 @@ def ingress(config: dict[str, Any]) -> dict[str, Any]:
     return deployment(config, "SentimentIngress")
 
 
+def too_many_texts_per_request(config: dict[str, Any]) -> None:
+    """A request limit set at run time that admission could never hold."""
+    for dep in config["applications"][0]["deployments"]:
+        dep["user_config"]["max_texts_per_request"] = 4096
+
+
 def replace_text(old: str, new: str) -> Callable[[Path], None]:
     def apply(path: Path) -> None:
         text = path.read_text()
@@ -202,6 +208,14 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str, tuple[str, ...
         yaml_edit(edit_serve_config(lambda c: deployment(c)["user_config"].update(max_batch=8))),
         "serve-config",
         "max_batch",
+        ("serve",),
+    ),
+    (
+        "serve-limit-over-admission",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(too_many_texts_per_request)),
+        "serve-config",
+        "max_pending_texts (2048) must be at least max_texts_per_request (4096)",
         ("serve",),
     ),
     (

@@ -65,6 +65,18 @@ def serve_args(change: Callable[[Doc], None]) -> Callable[[Docs], None]:
     return apply
 
 
+def run_time_deadline(seconds: float) -> Callable[[Docs], None]:
+    """A request deadline set in every deployment's user_config, over the args' one."""
+
+    def apply(docs: Docs) -> None:
+        config = yaml.safe_load(docs[0]["spec"]["serveConfigV2"])
+        for deployment in config["applications"][0]["deployments"]:
+            deployment["user_config"]["request_timeout_s"] = seconds
+        docs[0]["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+
+    return apply
+
+
 def replace(path: str, old: str, new: str) -> Callable[[Path], None]:
     def apply(root: Path) -> None:
         file = root / path
@@ -178,6 +190,12 @@ BREAKAGES: list[tuple[str, Callable[[Path], None], str]] = [
         edit(RAY, serve_args(lambda a: a.update(graceful_shutdown_timeout_s=60))),
         "drain deadline 40 s must be at least graceful shutdown (60 s) + request deadline "
         "(10 s) = 70 s",
+    ),
+    (
+        "longer-deadline-set-at-run-time",
+        edit(RAY, run_time_deadline(20)),
+        "drain deadline 40 s must be at least graceful shutdown (30 s) + request deadline "
+        "(20 s) = 50 s",
     ),
     (
         "grace-period-short",

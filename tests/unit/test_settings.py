@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.settings import BatchConfig, Settings
+from service.settings import RUN_TIME_LIMITS, BatchConfig, Settings, apply_user_config
 
 
 def test_defaults_are_sane(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,3 +71,28 @@ def test_windows_must_advance_by_at_least_half_a_window() -> None:
     assert Settings(max_seq_len=64, window_overlap=32).window_overlap == 32
     with pytest.raises(ValidationError, match="window_overlap"):
         Settings(max_seq_len=64, window_overlap=33)
+
+
+def test_a_user_config_sets_batch_knobs_and_request_limits() -> None:
+    base = Settings(request_timeout_s=3.0, max_body_bytes=5000)
+    s = apply_user_config(base, {"max_batch_texts": 7, "request_timeout_s": 1.5})
+    assert (s.batch.max_batch_texts, s.request_timeout_s) == (7, 1.5)
+    assert s.max_body_bytes == 5000  # left out: as args or the environment set it
+    assert s.batch.max_pending_texts == BatchConfig().max_pending_texts
+    assert set(RUN_TIME_LIMITS) <= set(Settings.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("user_config", "named"),
+    [
+        ({"max_body_byte": 100}, "max_body_byte"),  # a typo is refused, not ignored
+        ({"request_timeout_s": 0}, "request_timeout_s"),
+        ({"max_texts_per_request": 500, "max_pending_texts": 100}, "max_pending_texts"),
+        ({"port": 9000}, "port"),  # only the batch knobs and the request limits
+    ],
+)
+def test_a_bad_user_config_is_refused_naming_the_key(
+    user_config: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ValidationError, match=named):
+        apply_user_config(Settings(), user_config)
