@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     texts = corpus.load(args.corpus, args.texts or plan.texts)
-    from service.settings import Settings, local_layout
+    from service.local import local_layout
+    from service.settings import Settings
 
     common = {
         "hardware": hardware(),

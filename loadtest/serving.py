@@ -24,7 +24,8 @@ from loadtest import cpu
 from loadtest.ports import free_port
 from service import lifecycle
 from service.failover import pickled_calls
-from service.settings import Settings, local_layout
+from service.local import local_layout
+from service.settings import Settings
 
 if TYPE_CHECKING:  # Ray is imported once the HAProxy switches are set (ray_serve)
     from ray.serve.handle import DeploymentHandle

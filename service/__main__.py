@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from service.auth import ApiKeys, KeysFileError
 from service.envcheck import settings_errors, unknown_variables
+from service.local import local_layout, local_threads
 from service.model import ModelLoadError, check_model_dir
-from service.settings import Settings, local_layout, local_threads
+from service.settings import Settings
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

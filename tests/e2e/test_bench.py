@@ -25,7 +25,7 @@ def test_quick_bench_writes_json_table_and_plot(tiny_model_dir: Path, tmp_path: 
            str(tiny_model_dir), "--out", str(out), "--overhead-backend", "onnx",
            "--profile-s", "2"]  # fmt: skip
     # The layout with every part (two processes, the handle hops); a small machine's default
-    # would be co-located (service.settings.local_layout).
+    # would be co-located (service.local.local_layout).
     # Forwards stay on the forward thread, so its CPU is read apart: a tiny model's would run
     # on the event loop on a fast CPU (service.placement).
     env = {**os.environ, "SENTIMENT_LAYOUT": "two-tier", "SENTIMENT_INLINE_FORWARD_MS": "0"}

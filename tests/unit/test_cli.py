@@ -45,7 +45,8 @@ def test_a_bad_flag_is_named_as_the_flag(tiny_model_dir: Path) -> None:
 def test_serve_picks_the_colocated_layout_only_on_a_small_cpu_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from service.settings import Settings, local_layout
+    from service.local import local_layout
+    from service.settings import Settings
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert local_layout(Settings()) == "colocated"
@@ -78,7 +79,8 @@ def test_colocated_refuses_an_ingress_replica_count(tiny_model_dir: Path) -> Non
 
 
 def test_local_model_replicas_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.settings import Settings, local_threads
+    from service.local import local_threads
+    from service.settings import Settings
 
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     assert local_threads(Settings()) == 8  # one replica: every core
