@@ -45,11 +45,12 @@ from service.http import (
     document_request_body,
     read_body,
 )
+from service.liveconfig import LiveConfig
 from service.metrics import IngressMetrics
 from service.modeldir import check_model_dir
 from service.render import answer_bytes, json_bytes
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
-from service.settings import RUN_TIME_LIMITS, Settings, apply_user_config
+from service.settings import Settings
 
 logger = logging.getLogger("ray.serve")
 CLASSIFY_PATH = "/v1/classify"
@@ -70,7 +71,7 @@ class SentimentIngress:
         application that runs it (`python -m service serve` runs the tiers as two), or
         IN_PROCESS: the model core runs in this replica (service/colocated.py)."""
         self.settings = s = Settings.model_validate(settings)
-        self.base = s  # as args and the environment set it; each user_config applies to this
+        self.live = LiveConfig(s)
         check_model_dir(s.model_path, s.allow_pickle)
         self.keys = ApiKeys.load(s.api_keys_file)
         self.local: LocalModel | None = None
@@ -136,22 +137,19 @@ class SentimentIngress:
         self._publish = asyncio.get_running_loop().create_task(self._publish_metrics())
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """The ingress's share of the batch knobs (admission bound, texts per call) and the
-        request limits (texts, characters, body size, deadline), in place."""
-        s = apply_user_config(self.base, user_config)
-        if self.local:
+        """Batch knobs (admission bound, texts per call) and request limits, in place; a bad
+        user_config is refused and those in force stay (service.liveconfig)."""
+        if self.local:  # refuses a bad one alike: both set the one refused gauge
             self.local.reconfigure(user_config)
-        self.settings = s
+        if not self.live.apply(user_config):
+            return
+        self.settings = s = self.live.current
         self.coalescer.max_texts = s.batch.max_batch_texts
         self.admission.limit = s.batch.max_pending_texts
         self.request_model = request_model(s.max_texts_per_request, s.max_text_chars)
         if self.api is not None:
             document_request_body(self.api, CLASSIFY_PATH, self.request_model)
-        logger.info("request limits now %s", self.limits())
-
-    def limits(self) -> dict[str, Any]:
-        """The request limits in force (args or environment, then `user_config`)."""
-        return {key: getattr(self.settings, key) for key in RUN_TIME_LIMITS}
+        logger.info("request limits now %s", self.live.limits())
 
     async def check_health(self) -> None:
         """Co-located, the model core's check is this replica's; else Ray's default."""
@@ -189,7 +187,9 @@ class SentimentIngress:
                     **info,
                     "ingress_replica": ingress,
                     "ingress_pace_tokens_per_s": round(pace) if pace else None,
-                    "limits": self.limits(),
+                    "limits": self.live.limits(),
+                    # The ingress's refusal, else the model replica's (it may get another dict).
+                    "user_config_refused": self.live.refused or info.get("user_config_refused"),
                 }
             )
 
@@ -302,7 +302,8 @@ class SentimentIngress:
             counts, self._counts = self._counts, Counter()
             windows, self._windows = self._windows, Counter()
             admission = self.admission
-            self.metrics.publish(counts, windows, admission.pending, admission.pace.tokens_per_s)
+            pace = admission.pace.tokens_per_s
+            self.metrics.publish(counts, windows, admission.pending, pace, self.live.refused)
 
 
 def _expire(future: asyncio.Future[Reply], timeout: float) -> None:

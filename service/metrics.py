@@ -8,6 +8,7 @@ Build them inside a replica: Ray metrics need a connected Ray worker.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from ray.serve.metrics import Counter, Gauge, Histogram
@@ -24,6 +25,16 @@ WINDOW_BUCKETS = [2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
 def _hist(name: str, doc: str, buckets: list[float], tags: tuple[str, ...] = ()) -> Histogram:
     # Ray annotates tag_keys as a 1-tuple; any tuple of names works.
     return Histogram(PREFIX + name, description=doc, boundaries=buckets, tag_keys=tags)  # type: ignore[arg-type]
+
+
+@functools.cache
+def user_config_refused() -> Gauge:
+    """One per process: a co-located replica's ingress and model core set the same series."""
+    return Gauge(
+        PREFIX + "user_config_refused",
+        description="1 while a replica serves with its previous settings because it refused the "
+        "latest user_config (its /readyz and log say why), else 0.",
+    )
 
 
 class IngressMetrics:
@@ -87,11 +98,13 @@ class IngressMetrics:
         windows: Mapping[int, int],
         pending: int,
         pace: float | None,
+        refused: str | None,
     ) -> None:
         """Add up what the ingress counted since the last call (kept in plain counters on the
         request path, which is cheaper than a Ray metric call per request), and re-set the
         gauges. `counts` maps (kind, tag) to a count; `windows` maps windows per long text
-        (2 or more) to texts; `pace` is None while the ingress knows none."""
+        (2 or more) to texts; `pace` is None while the ingress knows none; `refused` says why
+        the latest user_config was refused (None: taken)."""
         for (kind, tag), value in counts.items():
             if not value:
                 continue
@@ -108,6 +121,7 @@ class IngressMetrics:
             for _ in range(texts):
                 self.long_text_windows.observe(count)
         self.pending_texts.set(pending)
+        user_config_refused().set(0 if refused is None else 1)
         if pace:
             self.pace.set(pace)
 
@@ -183,12 +197,15 @@ class ModelMetrics:
         queued: int,
         gpu: tuple[int, int, int],
         added: Mapping[str, int],
+        refused: str | None,
     ) -> None:
         """Set every gauge again (Ray forgets one not set within two export intervals):
         the model's tags, the texts waiting, and GPU bytes allocated, reserved and at peak;
         and add what was counted since the last call (`added`: a counter's attribute name here,
-        such as "forward_texts", to its increase)."""
+        such as "forward_texts", to its increase); and whether it refused its latest
+        user_config (`refused`: why, or None)."""
         self.model_info.set(1, tags=info)
+        user_config_refused().set(0 if refused is None else 1)
         self.queued_texts.set(queued)
         self.gpu_allocated.set(gpu[0])
         self.gpu_reserved.set(gpu[1])

@@ -30,11 +30,12 @@ from service.encoding import Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.forwards import Forwards, forward_pools
 from service.health import Watchdog
+from service.liveconfig import LiveConfig
 from service.metrics import ModelMetrics
 from service.model import dtype_name
 from service.placement import inline_limit_s, intra_op_threads, load_model, parallel_forwards
 from service.retry import expired_scores
-from service.settings import Settings, apply_user_config
+from service.settings import Settings
 
 logger = logging.getLogger("ray.serve")
 
@@ -44,6 +45,7 @@ class ModelCore:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = s = Settings.model_validate(settings)
+        self.live = LiveConfig(s)
         self.metrics = ModelMetrics()
         threads = intra_op_threads(s, torch.get_num_threads())
         self.parallel = parallel_forwards(s, threads)
@@ -104,8 +106,11 @@ class ModelCore:
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Apply new batch knobs from Ray's `user_config` without restarting the replica (the
-        request limits it may hold are the ingress's: checked here, not used)."""
-        config = apply_user_config(self.settings, user_config).batch
+        request limits it may hold are the ingress's: checked here, not used); a bad one is
+        refused and the knobs in force stay (service.liveconfig)."""
+        if not self.live.apply(user_config):
+            return
+        config = self.live.current.batch
         self.batch = config
         self.batcher.configure(
             config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s
@@ -129,6 +134,7 @@ class ModelCore:
             "parallel_forwards": self.parallel,
             "labels": self.model.labels,
             "batch": self.batch.model_dump(),
+            "user_config_refused": self.live.refused,
             "forward_overhead_tokens": self._overhead(),
             "tokens_per_s": self._tokens_per_s(),
             "inline_forward_ms": self.inline_max_s * 1e3,
@@ -194,7 +200,7 @@ class ModelCore:
                 memory = model.gpu_memory()
             now = self._counts()
             added = {name: now[name] - last[name] for name in now}
-            self.metrics.publish(info, self.batcher.queued, memory, added)
+            self.metrics.publish(info, self.batcher.queued, memory, added, self.live.refused)
             last = now
 
     def _counts(self) -> dict[str, int]:

@@ -289,5 +289,5 @@ def apply_user_config(settings: Settings, user_config: dict[str, Any]) -> Settin
     naming the key, on an unknown key, a bad value or a combination that cannot work."""
     limits = {key: value for key, value in user_config.items() if key in RUN_TIME_LIMITS}
     knobs = {key: value for key, value in user_config.items() if key not in RUN_TIME_LIMITS}
-    batch = BatchConfig.model_validate(knobs)
-    return Settings.model_validate({**settings.model_dump(), **limits, "batch": batch.model_dump()})
+    # Validated as one, so every problem of the dict is named at once.
+    return Settings.model_validate({**settings.model_dump(), **limits, "batch": knobs})

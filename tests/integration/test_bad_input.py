@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.conftest import TEST_ARGS, Cluster, Deployed
+from tests.integration.conftest import Deployed
 
 pytestmark = pytest.mark.integration
 
@@ -82,37 +82,3 @@ def test_fuzzing_the_openapi_schema_finds_no_5xx(main_app: Deployed, tmp_path: P
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     cases = json.loads(report.read_text())["test_cases"]
     assert cases["generated"] >= 100 and not cases["with_failures"] and not cases["errored"], cases
-
-
-def test_request_limits_change_on_the_running_replicas(cluster: Cluster) -> None:
-    app = cluster.deploy("limits")
-    before = app.ready()
-    three = {"texts": ["fine", "great phone", "awful"]}
-    assert app.classify(three).status_code == 200
-
-    # A new deadline or size limit in user_config reaches the running ingress in place: the
-    # model replica (a GPU one in production) neither restarts nor sees it.
-    limits = {"max_texts_per_request": 2, "max_text_chars": 50, "max_body_bytes": 200}
-    cluster.deploy("limits", limits={**limits, "request_timeout_s": 5.0})
-    after = app.ready()
-    assert after["limits"] == {**limits, "request_timeout_s": 5.0}
-    assert (after["replica"], after["ingress_replica"]) == (
-        before["replica"],
-        before["ingress_replica"],
-    )
-    too_many = app.classify(three)
-    assert too_many.status_code == 422
-    [detail] = too_many.json()["error"]["details"]
-    assert detail["field"] == "texts" and "at most 2 items" in detail["reason"]
-    assert app.classify({"text": "y" * 51}).status_code == 422
-    assert app.classify({"text": "y" * 250}).status_code == 413
-    assert app.classify({"texts": three["texts"][:2]}).status_code == 200
-    spec = requests.get(f"{app.url}/openapi.json", timeout=10).json()
-    body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
-    assert '"maxItems": 2' in body_schema and '"maxLength": 50' in body_schema
-
-    # Left out of user_config again, a limit is the application's args' once more.
-    cluster.deploy("limits")
-    wanted = TEST_ARGS["max_texts_per_request"]
-    cluster.wait_for(lambda: app.ready()["limits"]["max_texts_per_request"] == wanted)
-    assert app.classify(three).status_code == 200

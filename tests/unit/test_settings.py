@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from service.liveconfig import LiveConfig
 from service.settings import RUN_TIME_LIMITS, BatchConfig, Settings, apply_user_config
 
 
@@ -96,3 +97,15 @@ def test_a_bad_user_config_is_refused_naming_the_key(
 ) -> None:
     with pytest.raises(ValidationError, match=named):
         apply_user_config(Settings(), user_config)
+
+
+def test_a_refused_user_config_keeps_the_settings_in_force_and_says_why() -> None:
+    live = LiveConfig(Settings(request_timeout_s=3.0))
+    assert live.apply({"request_timeout_s": 2.0}) and live.current.request_timeout_s == 2.0
+    assert not live.apply({"max_body_byte": 100, "request_timeout_s": 0})
+    assert live.current.request_timeout_s == 2.0  # the last good one stays
+    assert live.refused is not None
+    assert "max_body_byte: Extra inputs are not permitted (got 100)" in live.refused
+    assert "request_timeout_s: Input should be greater than 0 (got 0)" in live.refused
+    assert live.apply({}) and live.refused is None
+    assert live.current.request_timeout_s == 3.0  # left out: the base settings' value

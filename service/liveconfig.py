@@ -1,0 +1,53 @@
+"""The settings a replica serves with: its args and environment, then the latest `user_config`
+that holds up.
+
+A bad `user_config` is refused here, never raised. Ray stops a replica whose `reconfigure`
+raises, and the replacements it starts get the same config and fail the same way, so one typo
+in a Serve config took every replica down: 503 to every request until a good config was
+deployed (docs/serving.md, "Run-time configuration"). Refused, the replica keeps serving with
+what it had, says so in /readyz and the log, and sets a gauge an alert watches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.settings import RUN_TIME_LIMITS, Settings, apply_user_config
+
+logger = logging.getLogger("ray.serve")
+
+
+class LiveConfig:
+    """`current`: the settings in force; `refused`: why the latest `user_config` was not
+    applied (None once one is)."""
+
+    def __init__(self, base: Settings) -> None:
+        self.base = base  # each user_config applies to these, so a key left out reverts
+        self.current = base
+        self.refused: str | None = None
+
+    def apply(self, user_config: dict[str, Any]) -> bool:
+        """Take `user_config` if it validates against the base settings; else keep the
+        current settings, record why and log it. Whether it was taken."""
+        try:
+            self.current = apply_user_config(self.base, user_config)
+        except ValidationError as exc:
+            self.refused = "; ".join(_problem(error) for error in exc.errors())
+            logger.error("user_config refused, serving with the previous one: %s", self.refused)
+            return False
+        self.refused = None
+        return True
+
+    def limits(self) -> dict[str, Any]:
+        """The request limits in force (args or environment, then `user_config`)."""
+        return {key: getattr(self.current, key) for key in RUN_TIME_LIMITS}
+
+
+def _problem(error: Any) -> str:
+    """One validation error as `key: reason (got value)`, in user_config's own words."""
+    where = ".".join(str(part) for part in error["loc"] if part != "batch") or "user_config"
+    reason = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {reason} (got {error['input']!r})" if error["loc"] else reason

@@ -1,0 +1,78 @@
+"""A Serve config's `user_config` on running replicas: request limits change in place, and a bad
+one is refused without taking the service down."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from ray import serve
+
+from tests.integration.conftest import TEST_ARGS, TEST_BATCH, Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_request_limits_change_on_the_running_replicas(cluster: Cluster) -> None:
+    app = cluster.deploy("limits")
+    before = app.ready()
+    three = {"texts": ["fine", "great phone", "awful"]}
+    assert app.classify(three).status_code == 200
+
+    # A new deadline or size limit in user_config reaches the running ingress in place: the
+    # model replica (a GPU one in production) neither restarts nor sees it.
+    limits = {"max_texts_per_request": 2, "max_text_chars": 50, "max_body_bytes": 200}
+    cluster.deploy("limits", limits={**limits, "request_timeout_s": 5.0})
+    after = app.ready()
+    assert after["limits"] == {**limits, "request_timeout_s": 5.0}
+    assert (after["replica"], after["ingress_replica"]) == (
+        before["replica"],
+        before["ingress_replica"],
+    )
+    too_many = app.classify(three)
+    assert too_many.status_code == 422
+    [detail] = too_many.json()["error"]["details"]
+    assert detail["field"] == "texts" and "at most 2 items" in detail["reason"]
+    assert app.classify({"text": "y" * 51}).status_code == 422
+    assert app.classify({"text": "y" * 250}).status_code == 413
+    assert app.classify({"texts": three["texts"][:2]}).status_code == 200
+    spec = requests.get(f"{app.url}/openapi.json", timeout=10).json()
+    body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
+    assert '"maxItems": 2' in body_schema and '"maxLength": 50' in body_schema
+
+    # Left out of user_config again, a limit is the application's args' once more.
+    cluster.deploy("limits")
+    wanted = TEST_ARGS["max_texts_per_request"]
+    cluster.wait_for(lambda: app.ready()["limits"]["max_texts_per_request"] == wanted)
+    assert app.classify(three).status_code == 200
+
+
+def test_a_bad_user_config_is_refused_and_the_service_keeps_answering(cluster: Cluster) -> None:
+    app = cluster.deploy("refuse")
+    before = app.ready()
+    refused = "ray_sentiment_user_config_refused"
+    # A typo and a value out of range: Ray would stop every replica whose reconfigure raised.
+    for deployment in cluster.apps["refuse"]["deployments"]:
+        deployment["user_config"] = {**TEST_BATCH, "max_body_byte": 100, "request_timeout_s": 0}
+    cluster.apply()
+    cluster.wait_for(lambda: app.ready()["user_config_refused"] is not None, timeout=60)
+    why = app.ready()["user_config_refused"]
+    assert "max_body_byte" in why and "request_timeout_s" in why, why
+    assert app.classify({"texts": ["fine", "great phone"]}).status_code == 200
+    after = app.ready()
+    assert (after["replica"], after["ingress_replica"]) == (
+        before["replica"],
+        before["ingress_replica"],
+    )
+    assert after["limits"] == before["limits"]  # the previous settings stay in force
+    cluster.wait_for(lambda: serve.status().applications["refuse"].status == "RUNNING")
+
+    def refused_by(deployment: str) -> float:
+        return cluster.metric(refused, application="refuse", deployment=deployment)
+
+    cluster.wait_for(lambda: refused_by("SentimentIngress") == 1 == refused_by("SentimentModel"))
+
+    cluster.deploy("refuse", limits={"request_timeout_s": 4.0})  # a good one clears it
+    assert app.ready()["user_config_refused"] is None
+    cluster.wait_for(lambda: cluster.metric(refused, application="refuse") == 0)
