@@ -40,6 +40,7 @@ EMPTY_WHEN_HEALTHY = {
     "SentimentNoReadyReplicas",
     "SentimentGpuMemoryNearFull",
     "SentimentErrorRatioHigh",
+    "SentimentUserConfigRefused",
 }
 
 
@@ -272,6 +273,12 @@ def test_alert_rules_evaluate_and_healthy_ones_are_empty(scraped: str) -> None:
     assert errors and float(errors[0]["value"][1]) == 0.0
     rejected = settled(scraped, f'sentiment:http_429_ratio:rate5m{{application="{APP}"}}')
     assert rejected and float(rejected[0]["value"][1]) > 0.0
+    refused = f'ray_sentiment_user_config_refused{{application="{APP}"}}'
+    taken = settled(scraped, refused, want=lambda r: len(r) == 2)  # both deployments, taken
+    assert sorted((r["metric"]["deployment"], r["value"][1]) for r in taken) == [
+        ("SentimentIngress", "0"),
+        ("SentimentModel", "0"),
+    ]
 
 
 def test_dashboard_sees_the_rejections_it_shows(cluster: Cluster, scraped: str) -> None:
