@@ -74,6 +74,7 @@ class SentimentIngress:
         self.live = LiveConfig(s)
         check_model_dir(s.model_path, s.allow_pickle)
         self.keys = ApiKeys.load(s.api_keys_file)
+        self._keys_task = asyncio.get_running_loop().create_task(self.keys.watch())
         self.local: LocalModel | None = None
         if model == IN_PROCESS:
             self.local = LocalModel(settings)

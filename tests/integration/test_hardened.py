@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from service.auth import KEYS_POLL_S
 from service.model import SentimentModel
 from tests.integration.conftest import Cluster, Deployed
 from tests.integration.load import burst
@@ -41,10 +42,15 @@ class Keyed(Deployed):
 
 
 @pytest.fixture(scope="module")
-def app(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
-    keys = tmp_path_factory.mktemp("keys") / "api-keys"
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "api-keys"
     digest = hashlib.sha256(HASHED_KEY.encode()).hexdigest()
-    keys.write_text(f"# test clients\n{KEY}\nsha256:{digest}\n")
+    path.write_text(f"# test clients\n{KEY}\nsha256:{digest}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def app(cluster: Cluster, keys: Path) -> Iterator[Keyed]:
     deployed = cluster.deploy(
         "hardened",
         batch={"batch_wait_timeout_s": 0.3},  # a burst's texts meet in one batch
@@ -75,6 +81,34 @@ def test_api_keys_guard_classify_only(app: Keyed) -> None:
         assert response.status_code == 200 and len(response.json()["results"]) == 1
     assert requests.get(f"{app.url}/healthz", timeout=10).status_code == 200
     assert requests.get(f"{app.url}/readyz", timeout=10).status_code == 200
+
+
+def test_a_rotated_keys_file_is_taken_without_a_restart(
+    cluster: Cluster, app: Keyed, keys: Path
+) -> None:
+    def status(key: str) -> int:
+        headers = {"authorization": f"Bearer {key}"}
+        url = f"{app.url}/v1/classify"
+        return requests.post(url, json={"text": "fine"}, headers=headers, timeout=30).status_code
+
+    def swap_in(text: str) -> None:  # as a Secret volume updates: a new file under the name
+        new = keys.with_name("api-keys.new")
+        new.write_text(text)
+        new.replace(keys)
+
+    replica, original = app.ready()["ingress_replica"], keys.read_text()
+    assert status("rotated-in") == 401
+    swap_in(original + "rotated-in\n")
+    try:
+        cluster.wait_for(lambda: status("rotated-in") == 200, timeout=30)
+        swap_in("a key with spaces\n")  # refused: the keys in force stay
+        time.sleep(3 * KEYS_POLL_S)
+        assert status("rotated-in") == 200 and status(KEY) == 200
+        assert app.ready()["ingress_replica"] == replica
+    finally:
+        swap_in(original)
+    cluster.wait_for(lambda: status("rotated-in") == 401, timeout=30)
+    assert status(KEY) == 200
 
 
 def test_a_slow_body_gets_408_within_the_deadline(cluster: Cluster, app: Keyed) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,64 @@ def test_malformed_files_are_refused_without_echoing_lines(text: str, message: s
 def test_an_unreadable_file_names_the_file_not_its_content(tmp_path: Path) -> None:
     with pytest.raises(KeysFileError, match="cannot read"):
         ApiKeys.load(tmp_path / "missing")
+
+
+def rotate(path: Path, text: str) -> None:
+    """A new version as a Secret volume makes one: a new file swapped in under the name."""
+    new = path.with_name(path.name + ".new")
+    new.write_text(text)
+    new.replace(path)
+
+
+def test_a_rotated_keys_file_is_taken_without_a_restart(tmp_path: Path) -> None:
+    path = keys_file(tmp_path)
+    keys = ApiKeys.load(path)
+    assert keys.refresh() == "unchanged"
+    rotate(path, "rotated-key\n")
+    assert keys.refresh() == "taken" and keys.refused is None
+    assert keys.valid(b"rotated-key") and not keys.valid(SECRET.encode())
+    assert keys.refresh() == "unchanged"
+
+
+@pytest.mark.parametrize("text", [None, "", "a key with spaces\n"])
+def test_a_bad_new_version_is_refused_and_the_keys_in_force_stay(
+    tmp_path: Path, text: str | None
+) -> None:
+    path = keys_file(tmp_path)
+    keys = ApiKeys.load(path)
+    if text is None:
+        path.unlink()  # mid-swap, or deleted
+    else:
+        rotate(path, text)
+    assert keys.refresh() == "refused"
+    assert keys.valid(SECRET.encode()) and keys.refused is not None
+    assert "a key with" not in keys.refused  # says which line, never what it holds
+    assert keys.refresh() == "unchanged"  # refused once a version, not at every look
+    rotate(path, f"{SECRET}\nanother\n")
+    assert keys.refresh() == "taken" and keys.refused is None and keys.valid(b"another")
+
+
+def test_the_watch_takes_new_versions_and_logs_no_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("service.auth.KEYS_POLL_S", 0.01)
+    path = keys_file(tmp_path)
+    keys = ApiKeys.load(path)
+
+    async def run() -> None:
+        watch = asyncio.create_task(keys.watch())
+        rotate(path, "rotated-key\n")
+        while not keys.valid(b"rotated-key"):
+            await asyncio.sleep(0.01)
+        rotate(path, "bad key\n")
+        while keys.refused is None:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # several more looks at the same bad version
+        watch.cancel()
+
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        asyncio.run(run())
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == "API keys file changed: 1 keys in force"
+    assert [m for m in messages if "refused" in m] == [messages[1]]  # logged once
+    assert not any("rotated-key" in m or "bad key" in m for m in messages)
