@@ -22,6 +22,13 @@ from service.settings import Settings
 
 INGRESS = "SentimentIngress"
 MODEL = MODEL_DEPLOYMENT
+# Replicas Ray may start beyond a deployment's count during a rolling restart (a change of
+# `args` or code), in percent of it, rounded up: the old replicas serve until their
+# replacements are ready. Ray's default, 0, stops old replicas first, which leaves a
+# one-replica deployment with none: every request 503 for seconds, and for good when the
+# replacements cannot start (docs/serving.md, "Run-time configuration"). The RayService sets
+# its own per deployment, sized to the GPU pods.
+SURGE_PERCENT = 100
 
 
 def model_deployment(settings: Settings) -> Deployment:
@@ -31,6 +38,7 @@ def model_deployment(settings: Settings) -> Deployment:
         # Calls, not requests: each ingress keeps a few in flight.
         max_ongoing_requests=settings.max_ongoing_requests,
         user_config=settings.batch.user_config(),
+        max_surge_percent=SURGE_PERCENT,
         graceful_shutdown_timeout_s=settings.graceful_shutdown_timeout_s,
         # check_health fails on a stalled forward or a failed probe; Ray then replaces it.
         health_check_period_s=settings.health_check_period_s,
@@ -51,6 +59,7 @@ def ingress_deployment(settings: Settings) -> Deployment:
             status_code=429, retry_after_s=settings.retry_after_s
         ),
         user_config=settings.batch.user_config(),
+        max_surge_percent=SURGE_PERCENT,
         graceful_shutdown_timeout_s=settings.graceful_shutdown_timeout_s,
         ray_actor_options={"num_cpus": settings.ingress_num_cpus},
         logging_config={"enable_access_log": settings.access_log},

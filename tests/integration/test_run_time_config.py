@@ -4,6 +4,7 @@ one is refused without taking the service down."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import requests
@@ -76,3 +77,31 @@ def test_a_bad_user_config_is_refused_and_the_service_keeps_answering(cluster: C
     cluster.deploy("refuse", limits={"request_timeout_s": 4.0})  # a good one clears it
     assert app.ready()["user_config_refused"] is None
     cluster.wait_for(lambda: cluster.metric(refused, application="refuse") == 0)
+
+
+def test_a_restart_for_new_args_leaves_no_gap(cluster: Cluster) -> None:
+    """Changing `args` replaces every replica; Ray starts the new ones before it stops the old
+    (service.deployment.SURGE_PERCENT), so a one-replica deployment answers throughout."""
+    app = cluster.deploy("surge")
+    before = app.ready()
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:  # one client, bounded by the event and by its 30 s timeout a call
+        with requests.Session() as session:
+            while not stop.is_set():
+                url = f"{app.url}/v1/classify"
+                statuses.append(session.post(url, json={"text": "fine"}, timeout=30).status_code)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        cluster.deploy("surge", retry_after_s=2)  # an arg: both deployments restart
+        cluster.wait_for(lambda: app.ready()["replica"] != before["replica"], timeout=120)
+        cluster.wait_for(lambda: app.ready()["ingress_replica"] != before["ingress_replica"])
+        count = len(statuses)
+        cluster.wait_for(lambda: len(statuses) > count + 20)  # and the new ones answer
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
