@@ -90,6 +90,14 @@ def _check_serve_vs_cluster(
                 "consistency", f"application {app.get('name')}: no deployment {missing} in config"
             )
         for name, dep in deps.items():
+            if not 0 < int(dep.get("max_surge_percent", 0)) <= 100:
+                # Unset, the code's value (sized for a local machine) applies; 0 stops old
+                # replicas before replacements are up: a one-replica deployment has none.
+                report.fail(
+                    "consistency",
+                    f"deployment {name}: set max_surge_percent (1-100) so a restart starts "
+                    "replacements before it stops old replicas",
+                )
             if name == MODEL_DEPLOYMENT:
                 _check_model(dep, args, group, gpus, report)
             else:

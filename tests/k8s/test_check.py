@@ -298,6 +298,14 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str, tuple[str, ...
         ("cluster",),
     ),
     (
+        "model-without-surge",
+        "k8s/rayservice.yaml",
+        yaml_edit(edit_serve_config(lambda c: deployment(c).pop("max_surge_percent"))),
+        "consistency",
+        "deployment SentimentModel: set max_surge_percent (1-100)",
+        ("cluster",),
+    ),
+    (
         "user-configs-differ",
         "k8s/rayservice.yaml",
         yaml_edit(
