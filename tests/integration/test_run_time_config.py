@@ -1,5 +1,6 @@
-"""A Serve config's `user_config` on running replicas: request limits change in place, and a bad
-one is refused without taking the service down."""
+"""Changing a running application's Serve config: request limits in `user_config` change in
+place, a bad `user_config` is refused without taking the service down, and a new `args` value
+restarts both deployments without a moment with no replica to answer."""
 
 from __future__ import annotations
 
