@@ -95,8 +95,9 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
         # the model); two different dicts would configure half of each.
         report.fail("serve-config", f"{where}: the deployments' user_config differ")
     try:
+        settings = Settings.model_validate(args)
         for config in configs:  # as the replicas' reconfigure will apply it to their args
-            apply_user_config(Settings.model_validate(args), config)
+            apply_user_config(settings, config)
         built = builder(args)
     except Exception as exc:
         report.fail("serve-config", f"{where}: settings rejected: {exc}")
