@@ -4,12 +4,12 @@ command-line flag, not pydantic's field path."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from service.settings import Settings
+from service.settings import RUN_TIME_LIMITS, BatchConfig, Settings
 
 PREFIX = "SENTIMENT_"
 NESTED = "__"
@@ -59,6 +59,45 @@ def unknown_args(args: Mapping[str, Any]) -> list[str]:
 def settings_errors(exc: ValidationError, flags: Mapping[str, Any]) -> list[str]:
     """One line per bad setting, named as the user set it: the command-line flag when one
     was given (`flags`: field to value), else the SENTIMENT_* variable, with the value."""
+
+    def name(loc: list[str]) -> str:
+        return (
+            "--" + loc[0].replace("_", "-")
+            if loc[0] in flags
+            else PREFIX + NESTED.join(loc).upper()
+        )
+
+    def unknown(loc: list[str]) -> str:
+        return "no such setting; known: " + ", ".join(_fields(loc[:-1]))
+
+    return problems(exc, name, unknown)
+
+
+def user_config_errors(exc: ValidationError) -> list[str]:
+    """One line per bad key of a Ray `user_config` (service.settings.apply_user_config), named
+    as the config spells it: its batch knobs and request limits are one flat dict."""
+    keys = [*BatchConfig.model_fields, *RUN_TIME_LIMITS]
+
+    def name(loc: list[str]) -> str:
+        return ".".join(part for part in loc if part != "batch") or "user_config"
+
+    def unknown(loc: list[str]) -> str:
+        close = difflib.get_close_matches(loc[-1], keys, n=1)
+        return (
+            f"no such key; did you mean {close[0]!r}?"
+            if close
+            else "no such key; known: " + ", ".join(keys)
+        )
+
+    return problems(exc, name, unknown)
+
+
+def problems(
+    exc: ValidationError, name: Callable[[list[str]], str], unknown: Callable[[list[str]], str]
+) -> list[str]:
+    """One line per validation error, `name=value: reason`: `name` turns a field's location
+    into the user's own words, `unknown` says what an unknown name's line reads instead of
+    pydantic's "Extra inputs are not permitted". A rule across fields keeps its message."""
     lines = []
     for error in exc.errors():
         loc = [str(part) for part in error["loc"]]
@@ -66,13 +105,9 @@ def settings_errors(exc: ValidationError, flags: Mapping[str, Any]) -> list[str]
         if not loc:  # a rule across fields: its message names them
             lines.append(msg)
             continue
-        if loc[0] in flags:
-            name = "--" + loc[0].replace("_", "-")
-        else:
-            name = PREFIX + NESTED.join(loc).upper()
         if error["type"] == "extra_forbidden":
-            msg = "no such setting; known: " + ", ".join(_fields(loc[:-1]))
-        lines.append(f"{name}={error['input']!r}: {msg}")
+            msg = unknown(loc)
+        lines.append(f"{name(loc)}={error['input']!r}: {msg}")
     return lines
 
 

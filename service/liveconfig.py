@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.envcheck import user_config_errors
 from service.settings import RUN_TIME_LIMITS, Settings, apply_user_config
 
 logger = logging.getLogger("ray.serve")
@@ -35,7 +36,7 @@ class LiveConfig:
         try:
             self.current = apply_user_config(self.base, user_config)
         except ValidationError as exc:
-            self.refused = "; ".join(_problem(error) for error in exc.errors())
+            self.refused = "; ".join(user_config_errors(exc))
             logger.error("user_config refused, serving with the previous one: %s", self.refused)
             return False
         self.refused = None
@@ -44,10 +45,3 @@ class LiveConfig:
     def limits(self) -> dict[str, Any]:
         """The request limits in force (args or environment, then `user_config`)."""
         return {key: getattr(self.current, key) for key in RUN_TIME_LIMITS}
-
-
-def _problem(error: Any) -> str:
-    """One validation error as `key: reason (got value)`, in user_config's own words."""
-    where = ".".join(str(part) for part in error["loc"] if part != "batch") or "user_config"
-    reason = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: {reason} (got {error['input']!r})" if error["loc"] else reason

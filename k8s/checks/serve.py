@@ -84,6 +84,9 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
     except Exception as exc:
         report.fail("serve-config", f"{where}: import_path {app.get('import_path')!r}: {exc!r}")
         return
+    from pydantic import ValidationError
+
+    from service.envcheck import user_config_errors
     from service.settings import Settings, apply_user_config
 
     # The builder refuses a key that is not a setting (Settings alone would ignore it).
@@ -97,7 +100,11 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
     try:
         settings = Settings.model_validate(args)
         for config in configs:  # as the replicas' reconfigure will apply it to their args
-            apply_user_config(settings, config)
+            try:
+                apply_user_config(settings, config)
+            except ValidationError as exc:  # told as a replica would refuse it
+                said = "; ".join(user_config_errors(exc))
+                report.fail("serve-config", f"{where}: user_config refused: {said}")
         built = builder(args)
     except Exception as exc:
         report.fail("serve-config", f"{where}: settings rejected: {exc}")

@@ -207,7 +207,7 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str, tuple[str, ...
         "k8s/rayservice.yaml",
         yaml_edit(edit_serve_config(lambda c: deployment(c)["user_config"].update(max_batch=8))),
         "serve-config",
-        "max_batch",
+        "user_config refused: max_batch=8: no such key; did you mean",
         ("serve",),
     ),
     (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.envcheck import known_variables, settings_errors, unknown_variables
-from service.settings import Settings
+from service.envcheck import known_variables, settings_errors, unknown_variables, user_config_errors
+from service.settings import Settings, apply_user_config
 
 
 def errors_for(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], **flags: object) -> list[str]:
@@ -40,6 +40,16 @@ def test_an_unknown_nested_setting_lists_the_known_ones(monkeypatch: pytest.Monk
 def test_a_rule_across_settings_keeps_its_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
     (line,) = errors_for(monkeypatch, {"SENTIMENT_WINDOW_OVERLAP": "200"})
     assert line.startswith("window_overlap (200) must be at most half of max_seq_len")
+
+
+def test_user_config_keys_are_named_as_the_config_spells_them() -> None:
+    with pytest.raises(ValidationError) as caught:
+        apply_user_config(Settings(), {"max_batch_text": 8, "zzz": 1, "request_timeout_s": 0})
+    lines = user_config_errors(caught.value)
+    assert "request_timeout_s=0: Input should be greater than 0" in lines
+    assert "max_batch_text=8: no such key; did you mean 'max_batch_texts'?" in lines
+    (unknown,) = [line for line in lines if line.startswith("zzz=1: ")]
+    assert "known: max_batch_texts, " in unknown and "request_timeout_s" in unknown  # both kinds
 
 
 def test_every_known_variable_is_read_by_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
