@@ -1,5 +1,5 @@
 """The ASCII path gives exactly the ids of the tokenizer's full pipeline, on every ASCII
-character, and steps aside for other texts and other normalizers."""
+character, and steps aside for other texts, added tokens and other pipelines."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import string
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
+from service import asciipath
 from service.asciipath import AsciiPath
 from service.chunking import WindowEncoder
 from tests.tiny_bert import SAMPLE_TEXT, SPECIALS
@@ -63,21 +64,52 @@ def test_ascii_texts_get_the_full_pipelines_ids(kind: str) -> None:
     path = AsciiPath.of(tok)
     assert path is not None
     alone = [f"{c}" for c in EVERY_ASCII] + [f"Ab{c}cD" for c in EVERY_ASCII]
-    texts = [*alone, *_random_texts(400, seed=5), EVERY_ASCII * 3]
-    fast = path.encode(texts)
-    assert fast is not None
-    full = tok.encode_batch_fast(texts)
-    mismatched = [t for t, f, e in zip(texts, fast, full, strict=True) if f.ids != e.ids]
-    assert not mismatched, mismatched[:5]
+    long_word = "great" * 30  # past WordPiece's 100 characters a word: [UNK]
+    texts = [*alone, *_random_texts(400, seed=5), EVERY_ASCII * 3, f"a {long_word} b", ""]
+    for _ in range(2):  # the words' pieces computed, then from the cache
+        fast = [path.ids(text) for text in texts]
+        assert None not in fast
+        full = tok.encode_batch_fast(texts)
+        mismatched = [t for t, f, e in zip(texts, fast, full, strict=True) if f != e.ids]
+        assert not mismatched, mismatched[:5]
     # Every printable character has an id of its own: [UNK] hides no mistake.
     assert all(tok.token_to_id(path.normalize(c)) for c in string.printable.strip())
 
 
-def test_a_text_that_is_not_ascii_takes_the_full_path() -> None:
-    path = AsciiPath.of(_bert_tokenizer(normalizers.BertNormalizer()))
+def test_texts_that_are_not_ascii_or_hold_an_added_token_take_the_full_path() -> None:
+    tok = _bert_tokenizer(normalizers.BertNormalizer())
+    path = AsciiPath.of(tok)
     assert path is not None
-    assert path.encode(["great phone", "café au lait"]) is None
-    assert path.encode(["great phone"]) is not None
+    assert path.ids("great phone") is not None
+    for text in ["café au lait", "great [SEP] phone", "a [Mask] b", "[cls]"]:
+        assert path.ids(text) is None, text
+    encoder = WindowEncoder(tok, max_length=32)
+    texts = ["great phone", "great [SEP] phone", "café au lait", "a [Mask] b"]
+    rows = encoder.encode(texts).packed
+    assert [rows.row(i).tolist() for i in range(len(texts))] == [
+        e.ids for e in tok.encode_batch_fast(texts)
+    ]
+
+
+def test_the_word_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asciipath, "CACHED_WORDS", 8)
+    tok = _bert_tokenizer(normalizers.BertNormalizer())
+    path = AsciiPath.of(tok)
+    assert path is not None
+    texts = _random_texts(50, seed=3)
+    assert [path.ids(t) for t in texts] == [e.ids for e in tok.encode_batch_fast(texts)]
+    assert 0 < len(path.words) <= 8
+
+
+def test_a_text_of_no_words_gets_the_frame_alone() -> None:
+    tok = _bert_tokenizer(normalizers.BertNormalizer())
+    path = AsciiPath.of(tok)
+    assert path is not None
+    assert (
+        path.ids(" \t\n")
+        == tok.encode(" \t\n").ids
+        == [tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")]
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,6 +120,12 @@ def test_a_text_that_is_not_ascii_takes_the_full_path() -> None:
 def test_other_normalizers_get_no_ascii_path(normalizer: normalizers.Normalizer | None) -> None:
     tok = _bert_tokenizer(normalizers.BertNormalizer())
     tok.normalizer = normalizer
+    assert AsciiPath.of(tok) is None
+
+
+def test_other_pre_tokenizers_get_no_ascii_path() -> None:
+    tok = _bert_tokenizer(normalizers.BertNormalizer())
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
     assert AsciiPath.of(tok) is None
 
 
