@@ -99,9 +99,8 @@ class WindowEncoder:
         tokenizer.no_padding()
         tokenizer.no_truncation()  # the whole text: the last window needs its end
         self.tokenizer = tokenizer
-        self.ascii = AsciiPath.of(
-            tokenizer
-        )  # the same ids for most reviews, for a third of the CPU
+        # The same ids for most reviews, for a third of the CPU.
+        self.ascii = AsciiPath.of(tokenizer)
         self.max_length = max_length
         self.max_windows = max_windows
         # Where the tokenizer puts its special tokens around a single text, e.g. 1 before and

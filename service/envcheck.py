@@ -1,5 +1,5 @@
-"""Settings problems told in the words the user set them with: the SENTIMENT_* variable or the
-command-line flag, not pydantic's field path."""
+"""Settings problems told in the words the user set them with: the SENTIMENT_* variable, the
+command-line flag or the `user_config` key, not pydantic's field path."""
 
 from __future__ import annotations
 
