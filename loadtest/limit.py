@@ -46,7 +46,8 @@ def run_once(
 
     def forward_all(chunk: list[str]) -> None:
         ids = [e.ids for e in model.encode(chunk)]
-        for group in plan_micro_batches([len(i) for i in ids], budget, overhead):
+        lengths = [len(i) for i in ids]
+        for group in plan_micro_batches(lengths, budget, overhead, model.pad_multiple):
             model.predict([ids[i] for i in group])
 
     t0 = time.perf_counter()
@@ -60,7 +61,8 @@ def run_once(
             list(pool.map(forward_all, chunks))
     else:
         ids = [e.ids for e in model.encode(texts)]
-        groups = plan_micro_batches([len(i) for i in ids], budget, overhead)
+        lengths = [len(i) for i in ids]
+        groups = plan_micro_batches(lengths, budget, overhead, model.pad_multiple)
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda g: model.predict([ids[i] for i in g]), groups))
     return len(texts) / (time.perf_counter() - t0)

@@ -66,7 +66,9 @@ def probabilities(
     out = np.zeros((len(texts), len(model.labels)), dtype=np.float32)
     config = BatchConfig()
     planned = config.overhead_for("cpu") if overhead is None else overhead
-    for group in plan_micro_batches([len(i) for i in ids], config.micro_batch_tokens, planned):
+    lengths = [len(i) for i in ids]
+    plan = plan_micro_batches(lengths, config.micro_batch_tokens, planned, model.pad_multiple)
+    for group in plan:
         out[group] = model.predict([ids[i] for i in group]).numpy()
     return out
 

@@ -85,6 +85,7 @@ def in_process(
             [len(i) for i in ids],
             config.micro_batch_tokens,
             config.overhead_for(model.device.type, measured, model.cuts_runs),
+            model.pad_multiple,
         )
         best = 0.0
         for _ in range(4):  # the first pass warms up

@@ -12,11 +12,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 PAD_MULTIPLE = 8  # tensor cores and oneDNN kernels like lengths that are multiples of 8
+# ONNX Runtime on a CPU gains nothing from them: a forward at the longest row's own width
+# costs 2-4% less CPU a text, the same answers (docs/benchmarks.md, "Forwards at their own
+# width").
+EXACT_WIDTH_BACKENDS = ("onnx", "onnx-int8")
 
 
 def round_up(length: int, multiple: int = PAD_MULTIPLE) -> int:
     """Round a sequence length up to the padding multiple."""
     return -(-length // multiple) * multiple
+
+
+def pad_multiple(backend: str, device: str) -> int:
+    """What a forward's width is rounded up to on `backend` (a backend name) and `device`
+    (`cpu`, `cuda`): 1 for ONNX Runtime on a CPU, else PAD_MULTIPLE."""
+    return 1 if device == "cpu" and backend in EXACT_WIDTH_BACKENDS else PAD_MULTIPLE
 
 
 @dataclass

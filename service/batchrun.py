@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from service.batching import padded_cost, plan_micro_batches
+from service.batching import PAD_MULTIPLE, padded_cost, plan_micro_batches
 from service.encoding import EXPIRED, Packed, Scored
 from service.forwards import Forwards
 from service.metrics import ModelMetrics
@@ -71,8 +71,10 @@ class BatchRunner:
         metrics: ModelMetrics,
         inline: Callable[[int], bool],
         planning: Callable[[], tuple[int, int]],
+        multiple: int = PAD_MULTIPLE,
     ) -> None:
         self.forwards = forwards
+        self.multiple = multiple  # what the model rounds a forward's width up to
         self.labels = labels
         self.metrics = metrics
         self.inline = inline
@@ -118,7 +120,7 @@ class BatchRunner:
             tally.forwards += 1
             tally.forward_texts += len(group_lengths)
             tally.forward_tokens += sum(group_lengths)
-            tally.forward_padded_tokens += padded_cost(group_lengths)
+            tally.forward_padded_tokens += padded_cost(group_lengths, self.multiple)
             self.metrics.forward.observe(seconds, tags={"on": on})
             return np.flatnonzero((left == 0) & (before > 0)).tolist()
 
@@ -127,14 +129,15 @@ class BatchRunner:
         # rather than one after another while the other thread serves small batches.
         threaded: dict[asyncio.Future[Computed], tuple[npt.NDArray[np.intp], list[int]]] = {}
         try:
-            for group in plan_micro_batches(lengths[live].tolist(), budget, overhead):
+            plan = plan_micro_batches(lengths[live].tolist(), budget, overhead, self.multiple)
+            for group in plan:
                 texts = live[group]
                 calls = owner[texts]
                 rows = [
                     jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)
                 ]
                 group_lengths = lengths[texts].tolist()
-                if not self.inline(padded_cost(group_lengths)):
+                if not self.inline(padded_cost(group_lengths, self.multiple)):
                     threaded[self.forwards.run(rows)] = texts, group_lengths
                     continue
                 cpu0 = time.thread_time()

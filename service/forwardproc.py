@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from service.batching import pad_multiple
 from service.model import Encoded, ModelLoadError, SentimentModel, dtype_name, encode_texts
 from service.retry import fatal_device_error, release_gpu_cache
 
@@ -98,6 +99,11 @@ class ForwardProcess:
         """Probabilities (float32, CPU) for a batch of token-id rows, computed in the child."""
         probs: npt.NDArray[np.float32] = self._call("predict", list(batch))
         return torch.from_numpy(probs)
+
+    @property
+    def pad_multiple(self) -> int:
+        """What the child's forwards round a width up to (service.batching.pad_multiple)."""
+        return pad_multiple(self.backend_name, self.device.type)
 
     def inject_crash(self, min_tokens: int) -> None:
         """Fault injection (tests and drills): from now on the child, and every child started

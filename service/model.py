@@ -24,7 +24,7 @@ from service.backends import (
     load_ort,
     resolve_backend,
 )
-from service.batching import round_up
+from service.batching import pad_multiple, round_up
 from service.encoding import TextEncoder, sequence_limit
 from service.modeldir import ModelLoadError, check_model_dir
 
@@ -241,8 +241,8 @@ class SentimentModel:
 
     def predict(self, batch: Sequence[Sequence[int] | npt.NDArray[np.int32]]) -> torch.Tensor:
         """Probabilities (float32, CPU) for a batch of token-id rows (lists or arrays), padded
-        to a multiple of 8."""
-        width = round_up(max(len(ids) for ids in batch))
+        to a multiple of `pad_multiple`."""
+        width = round_up(max(len(ids) for ids in batch), self.pad_multiple)
         input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
         for row, ids in enumerate(batch):
@@ -252,6 +252,11 @@ class SentimentModel:
         if probs.shape != (len(batch), len(self.labels)):
             raise RuntimeError(f"model returned {tuple(probs.shape)} for {len(batch)} inputs")
         return probs
+
+    @property
+    def pad_multiple(self) -> int:
+        """What a forward's width is rounded up to (service.batching.pad_multiple)."""
+        return pad_multiple(self.backend_name, self.device.type)
 
     @property
     def cuts_runs(self) -> bool:

@@ -78,7 +78,14 @@ class ModelCore:
             self.calibration = self._warmup() if s.warmup else None
         self.inline_max_s = inline_limit_s(s, self.model)
         labels = len(self.model.labels)
-        runner = BatchRunner(self.forwards, labels, self.metrics, self._runs_inline, self._plan)
+        runner = BatchRunner(
+            self.forwards,
+            labels,
+            self.metrics,
+            self._runs_inline,
+            self._plan,
+            self.model.pad_multiple,
+        )
         self.tally = runner.tally
         self.batcher: Batcher[Job, Scored] = Batcher(
             runner.run,

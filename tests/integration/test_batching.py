@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.batching import round_up
+from service.batching import pad_multiple, round_up
 from service.encoding import TextEncoder
 from tests.integration.conftest import TEST_ARGS, Cluster
 from tests.integration.load import burst, singles
@@ -68,7 +68,9 @@ def test_forward_metrics_describe_the_work(cluster: Cluster) -> None:
     tokens = cluster.metric("ray_sentiment_forward_tokens_total", application="forwards")
     padded = cluster.metric("ray_sentiment_forward_padded_tokens_total", application="forwards")
     assert tokens == sum(lengths)
-    together, apart = round_up(max(lengths)) * 2, sum(round_up(n) for n in lengths)
+    multiple = pad_multiple(app.ready()["backend"], "cpu")  # what the served backend pads to
+    together = round_up(max(lengths), multiple) * 2
+    apart = sum(round_up(n, multiple) for n in lengths)
     assert padded in (together, apart)
     forwards = "ray_sentiment_forward_seconds_count"
     cluster.wait_for(

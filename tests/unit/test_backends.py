@@ -74,6 +74,27 @@ def test_onnx_fp32_matches_torch(exported_dir: Path) -> None:
     assert (got.argmax(1) == ref.argmax(1)).mean() >= AGREEMENT
 
 
+def test_onnx_on_a_cpu_computes_a_forward_at_its_longest_rows_width(
+    exported_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Padding a forward to a multiple of 8 buys ONNX Runtime on a CPU nothing; the answers
+    are the same either way, torch keeps the multiple."""
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="onnx")
+    torch_model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="torch")
+    assert (model.pad_multiple, torch_model.pad_multiple) == (1, 8)
+    widths: list[int] = []
+    run = model.backend.logits
+    monkeypatch.setattr(
+        model.backend, "logits", lambda ids, mask: widths.append(ids.shape[1]) or run(ids, mask)
+    )
+    rows = [e.ids for e in model.encode(["great phone, fast delivery", "bad"])]
+    exact = model.predict(rows).numpy()
+    assert widths == [max(map(len, rows))] and widths[0] % 8
+    monkeypatch.setattr(SentimentModel, "pad_multiple", 8)
+    assert np.abs(model.predict(rows).numpy() - exact).max() <= 1e-6
+    assert widths[1] == round_up(widths[0])
+
+
 @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
 def test_every_shape_bucket_runs(exported_dir: Path, backend: str) -> None:
     """What the replica's warm-up sends: each padded length at one row and a full forward."""

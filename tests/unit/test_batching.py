@@ -8,6 +8,7 @@ import pytest
 
 from service.batching import (
     Item,
+    pad_multiple,
     padded_cost,
     padding_ratio,
     plan_micro_batches,
@@ -92,6 +93,13 @@ def test_padded_cost_rounds_length_up_to_multiple_of_8() -> None:
     assert padded_cost([3, 9]) == 16 * 2
     assert padded_cost([8]) == 8
     assert padded_cost([]) == 0
+
+
+def test_only_onnx_runtime_on_a_cpu_computes_at_a_rows_own_width() -> None:
+    assert pad_multiple("onnx", "cpu") == pad_multiple("onnx-int8", "cpu") == 1
+    assert pad_multiple("torch", "cpu") == pad_multiple("onnx", "cuda") == 8
+    assert pad_multiple("tensorrt", "cuda") == 8
+    assert padded_cost([3, 9], pad_multiple("onnx", "cpu")) == 9 * 2
 
 
 def test_split_expired() -> None:
