@@ -44,6 +44,14 @@ async def occupy(model: Model, b: Batcher[str, str]) -> asyncio.Task[str]:
     return busy
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
+    """Let the loop run until `condition` holds (or `timeout_s` passes): a fixed sleep is not
+    enough when the process waits for a core behind other work, as `make test` runs it."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+
+
 def on_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     """Run an async test body on a fresh event loop."""
 
@@ -222,7 +230,7 @@ async def test_with_two_slots_a_second_batch_computes_beside_the_first() -> None
     b = Batcher(model.run, len, 100, 1000, 0.0, concurrency=2)
     first = await occupy(model, b)  # "z" computes until the gate opens
     second = asyncio.create_task(b.submit("a"))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(model.batches) == 2)
     assert model.batches == [["z"], ["a"]] and b.queued == 0  # both slots busy
     third = asyncio.create_task(b.submit("b"))
     fourth = asyncio.create_task(b.submit("c"))
