@@ -23,6 +23,8 @@ import string
 
 from tokenizers import Tokenizer
 
+from service.encoding import special_frame
+
 # BERT's clean_text on ASCII: NUL and every other control character go, except tab, newline
 # and carriage return, which it counts as whitespace and turns into spaces.
 _CONTROL = [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]
@@ -43,11 +45,7 @@ class AsciiPath:
         self.model = tokenizer.model  # WordPiece: one word's pieces
         self.clean_text = clean_text
         self.lowercase = lowercase
-        # The special tokens around a text ([CLS] ... [SEP]), as the post-processor puts them.
-        mask = tokenizer.encode("a").special_tokens_mask
-        head = next((i for i, special in enumerate(mask) if not special), len(mask))
-        frame = tokenizer.encode("").ids
-        self.head, self.tail = frame[:head], frame[head:]
+        self.head, self.tail = special_frame(tokenizer)  # [CLS] ... [SEP]
         added = tokenizer.get_added_tokens_decoder().values()
         self.added = [token.content.lower() for token in added if token.content]
         self.words: dict[str, list[int]] = {}

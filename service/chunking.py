@@ -21,7 +21,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from service.asciipath import AsciiPath
-from service.encoding import Packed, fast_tokenizer, pack, sequence_limit
+from service.encoding import Packed, fast_tokenizer, pack, sequence_limit, special_frame
 
 Probs = npt.NDArray[np.float32]
 # Past this many characters a request is tokenized on a worker thread: a 20,000-character
@@ -105,9 +105,8 @@ class WindowEncoder:
         self.max_windows = max_windows
         # Where the tokenizer puts its special tokens around a single text, e.g. 1 before and
         # 1 after for BERT: every window gets the same frame.
-        mask = tokenizer.encode("a").special_tokens_mask
-        self.head = next((i for i, special in enumerate(mask) if not special), len(mask))
-        self.tail = tokenizer.num_special_tokens_to_add(is_pair=False) - self.head
+        head, tail = special_frame(tokenizer)
+        self.head, self.tail = len(head), len(tail)
         self.width = max_length - self.head - self.tail
         self.overlap = max_length // 8 if overlap is None else overlap
         window_spans(0, self.width, self.overlap, max_windows)  # fail now, not per request

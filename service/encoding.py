@@ -79,6 +79,16 @@ def tokenizer_threads_env(parallel: bool) -> dict[str, str]:
     return {"TOKENIZERS_PARALLELISM": "true" if parallel else "false"}
 
 
+def special_frame(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """The special-token ids the tokenizer puts before and after a single text ([CLS] and
+    [SEP] for BERT), as its post-processor places them."""
+    encoding = tokenizer.encode("a")
+    mask = encoding.special_tokens_mask
+    head = next((i for i, special in enumerate(mask) if not special), len(mask))
+    tail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+    return encoding.ids[:head], encoding.ids[len(mask) - tail :]
+
+
 def labels_of(model_dir: Path) -> list[str]:
     """Label names in output order, from the model's config.json."""
     id2label = json.loads((Path(model_dir) / "config.json").read_text())["id2label"]

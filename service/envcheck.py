@@ -37,8 +37,8 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     for name in sorted(environ):
         if not name.startswith(PREFIX) or name in known or name.startswith(groups):
             continue  # a setting, or one in a nested group, which validation names
-        close = difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1)
-        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        close = _closest(name.removeprefix(PREFIX), tails)
+        hint = f" (did you mean {PREFIX}{close}?)" if close else ""
         warnings.append(f"{name} is not a setting and is ignored{hint}")
     return warnings
 
@@ -50,8 +50,8 @@ def unknown_args(args: Mapping[str, Any]) -> list[str]:
     known = list(Settings.model_fields)
     lines = []
     for key in sorted(set(args) - set(known)):
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = _closest(key, known)
+        hint = f" (did you mean {close!r}?)" if close else ""
         lines.append(f"args key {key!r} is not a service setting{hint}")
     return lines
 
@@ -82,9 +82,9 @@ def user_config_errors(exc: ValidationError) -> list[str]:
         return ".".join(part for part in loc if part != "batch") or "user_config"
 
     def unknown(loc: list[str]) -> str:
-        close = difflib.get_close_matches(loc[-1], keys, n=1)
+        close = _closest(loc[-1], keys)
         return (
-            f"no such key; did you mean {close[0]!r}?"
+            f"no such key; did you mean {close!r}?"
             if close
             else "no such key; known: " + ", ".join(keys)
         )
@@ -109,6 +109,12 @@ def problems(
             msg = unknown(loc)
         lines.append(f"{name(loc)}={error['input']!r}: {msg}")
     return lines
+
+
+def _closest(name: str, known: list[str]) -> str | None:
+    """The known name most like a misspelt one, if any is close enough to suggest."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return close[0] if close else None
 
 
 def _fields(group: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from service import asciipath
 from service.asciipath import AsciiPath
 from service.chunking import WindowEncoder
+from service.encoding import special_frame
 from tests.tiny_bert import SAMPLE_TEXT, SPECIALS
 
 EVERY_ASCII = "".join(map(chr, range(128)))
@@ -110,6 +111,31 @@ def test_a_text_of_no_words_gets_the_frame_alone() -> None:
         == tok.encode(" \t\n").ids
         == [tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")]
     )
+
+
+@pytest.mark.parametrize(
+    ("template", "head", "tail"),
+    [
+        ("[CLS] $A [SEP]", ["[CLS]"], ["[SEP]"]),
+        ("$A [SEP]", [], ["[SEP]"]),
+        ("[CLS] [CLS] $A", ["[CLS]", "[CLS]"], []),
+        (None, [], []),
+    ],
+)
+def test_the_special_frame_is_where_the_post_processor_puts_it(
+    template: str | None, head: list[str], tail: list[str]
+) -> None:
+    tok = _bert_tokenizer(normalizers.BertNormalizer())
+    ids = {name: tok.token_to_id(name) for name in ("[CLS]", "[SEP]")}
+    tok.post_processor = (
+        processors.TemplateProcessing(single=template, special_tokens=list(ids.items()))
+        if template
+        else None
+    )
+    assert special_frame(tok) == ([ids[n] for n in head], [ids[n] for n in tail])
+    path = AsciiPath.of(tok)
+    assert path is not None
+    assert [path.ids(t) for t in SAMPLE_TEXT] == [tok.encode(t).ids for t in SAMPLE_TEXT]
 
 
 @pytest.mark.parametrize(
