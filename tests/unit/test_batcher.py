@@ -39,8 +39,9 @@ def batcher(
 async def occupy(model: Model, b: Batcher[str, str]) -> asyncio.Task[str]:
     """Start a batch of one ("z") that computes until the test opens the model's gate."""
     model.gate.clear()
+    started = len(model.batches)
     busy = asyncio.create_task(b.submit("z"))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(model.batches) > started)
     return busy
 
 
@@ -68,9 +69,9 @@ async def test_arrivals_during_a_forward_form_the_next_batch() -> None:
     b = batcher(model)
     model.gate.clear()
     first = asyncio.create_task(b.submit("a"))
-    await asyncio.sleep(0.01)  # "a" is computing
+    await until(lambda: len(model.batches) == 1)  # "a" is computing
     rest = [asyncio.create_task(b.submit(x)) for x in "bcdef"]
-    await asyncio.sleep(0.01)
+    await until(lambda: b.queued == 5)
     assert b.queued == 5
     model.gate.set()
     assert await first == "A"
@@ -85,7 +86,7 @@ async def test_limits_cap_items_and_total_size() -> None:
     blocker = await occupy(model, b)
     texts = ["aa", "bb", "cc", "d", "eeeeeeeee", "f", "g", "h"]
     tasks = [asyncio.create_task(b.submit(t)) for t in texts]
-    await asyncio.sleep(0.01)
+    await until(lambda: b.queued == len(texts))
     model.gate.set()
     await asyncio.gather(blocker, *tasks)
     assert model.batches[1:] == [["aa", "bb", "cc"], ["d"], ["eeeeeeeee"], ["f", "g", "h"]]
@@ -120,7 +121,7 @@ async def test_cancelled_waiters_are_not_computed() -> None:
     blocker = await occupy(model, b)
     gone = asyncio.create_task(b.submit("gone"))
     kept = asyncio.create_task(b.submit("kept"))
-    await asyncio.sleep(0.01)
+    await until(lambda: b.queued == 2)
     gone.cancel()
     await asyncio.sleep(0)
     model.gate.set()
@@ -183,7 +184,7 @@ async def test_configure_applies_to_the_next_batch() -> None:
     b.configure(max_items=1, max_size=1000, wait_s=0.0)
     blocker = await occupy(model, b)
     tasks = [asyncio.create_task(b.submit(x)) for x in "ab"]
-    await asyncio.sleep(0.01)
+    await until(lambda: b.queued == 2)
     model.gate.set()
     await asyncio.gather(blocker, *tasks)
     assert model.batches == [["z"], ["a"], ["b"]]
@@ -195,7 +196,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
     b = batcher(model)
     blocker = await occupy(model, b)
     gone = asyncio.create_task(b.submit("gone"))
-    await asyncio.sleep(0.01)
+    await until(lambda: b.queued == 1)
     assert b.queued == 1
     gone.cancel()
     await asyncio.sleep(0)
@@ -234,8 +235,8 @@ async def test_with_two_slots_a_second_batch_computes_beside_the_first() -> None
     assert model.batches == [["z"], ["a"]] and b.queued == 0  # both slots busy
     third = asyncio.create_task(b.submit("b"))
     fourth = asyncio.create_task(b.submit("c"))
-    await asyncio.sleep(0.01)
-    assert b.queued == 2  # no third slot: they wait, together
+    await until(lambda: b.queued == 2)
+    assert b.queued == 2 and len(model.batches) == 2  # no third slot: they wait, together
     model.gate.set()
     assert await asyncio.gather(first, second, third, fourth) == ["Z", "A", "B", "C"]
     assert model.batches[2:] == [["b", "c"]]
