@@ -24,7 +24,7 @@ import numpy.typing as npt
 import torch
 
 from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
-from service.batching import plan_micro_batches, round_up
+from service.batching import pad_multiple, plan_micro_batches, round_up
 from service.int8 import unsafe_here as int8_unsafe_here
 from service.settings import COMPILE_MODES
 
@@ -175,9 +175,11 @@ class OrtBackend:
         together, and a run of short rows does not pay the padding of the forward's longest."""
         width = mask.shape[1]
         lengths = mask.sum(axis=1).tolist()
-        groups = plan_micro_batches(lengths, self.run_tokens, INT8_RUN_OVERHEAD_TOKENS)
-        # Widths stay multiples of the padding the forwards (and the warm-up) use.
-        return [(g, min(width, round_up(max(lengths[i] for i in g)))) for g in groups]
+        # INT8 runs only on a CPU, where ONNX Runtime computes any width alike: a run is as
+        # wide as its longest row, as the forward around it is.
+        multiple = pad_multiple(self.name, "cpu")
+        groups = plan_micro_batches(lengths, self.run_tokens, INT8_RUN_OVERHEAD_TOKENS, multiple)
+        return [(g, min(width, round_up(max(lengths[i] for i in g), multiple))) for g in groups]
 
     def _recheck(
         self, exact: Any, logits: npt.NDArray[np.float32], input_ids: Ids, mask: Ids
