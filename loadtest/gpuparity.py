@@ -12,8 +12,9 @@ so the comparison travels as a pack:
         the GPU memory peak. `--parts compile` times torch.compile'd FP16 forwards against
         eager ones, on the default model and on a BERT-base-sized random model: the nearest
         thing to a faster GPU backend where ONNX Runtime's GPU providers are not installed.
-FP16/BF16 hold parity at max diff <= 1e-2, FP32 at 1e-3, all at >= 99.5% same label (issue
-targets against torch FP32). Writes <part>.json and <part>.md into --out, after every row.
+FP16/BF16 hold parity at max diff <= 1e-2 against the original weights, FP32 at 1e-3 against
+the same rounded weights (parity_reference), all at >= 99.5% same label (issue targets against
+torch FP32). Writes <part>.json and <part>.md into --out, after every row.
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ def pack(model_path: Path, texts: list[str], labels: list[int], out: Path) -> di
     return {"texts": len(texts), "bytes": sum(f.stat().st_size for f in files)}
 
 
+def parity_reference(dtype: str) -> str:
+    """Which FP32 CPU reference a dtype's parity verdict is judged against. FP32 against the
+    same (FP16-rounded) weights the pack carries: the rounding alone moves the default model's
+    probabilities by ~1.4e-3, past FP32's bound, and a served FP32 replica would hold the
+    original weights. FP16 and BF16 against the original, as a served half replica differs."""
+    return "fp32_cpu_fp16_weights" if dtype == "float32" else "fp32_cpu_original"
+
+
 def holds(dtype: str, against: dict[str, float]) -> bool:
     """The parity targets: max diff by precision, and same label on 99.5% of texts."""
     bound = FP32_MAX_DIFF if dtype == "float32" else HALF_MAX_DIFF
@@ -138,9 +147,11 @@ def run_parity(pack_dir: Path, device: str, dtypes: list[str], report: Report, n
         probs = probabilities(model, texts)
         rounded = refs["fp32_cpu_fp16_weights"]
         original = compare(probs, refs["fp32_cpu_original"], labels)
+        judged = parity_reference(dtype)
         row: dict[str, Any] = {
             **original,
-            "holds_parity": holds(dtype, original),
+            "holds_parity": holds(dtype, compare(probs, refs[judged], labels)),
+            "parity_reference": judged,
             "max_abs_diff_vs_fp16_weights_cpu": differences(probs, rounded)["max_abs_diff"],
             **_speed(model, speed_texts, GPU_BUDGETS if device == "cuda" else [1024]),
         }

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from safetensors import safe_open
 
-from loadtest.gpuparity import holds, main, pack
+from loadtest.gpuparity import holds, main, pack, parity_reference
 
 TEXTS = ["great value, works well", "broke after a day, refund please", "fine", "awful smell"]
 
@@ -49,3 +50,23 @@ def test_parity_bounds_follow_precision() -> None:
     close = {"max_abs_diff": 5e-3, "label_agreement": 1.0}
     assert holds("float16", close) and not holds("float32", close)
     assert not holds("float16", {"max_abs_diff": 1e-4, "label_agreement": 0.99})
+
+
+def test_fp32_is_judged_against_the_weights_the_pack_carries(packed: Path, tmp_path: Path) -> None:
+    # The original-weights reference moved by 0.01: as the FP16 rounding of a real model's
+    # weights moves it by ~1e-3. FP32 on the carried weights still holds parity; its distance
+    # from the original stays reported.
+    pack_dir = tmp_path / "pack"
+    shutil.copytree(packed, pack_dir)
+    doc = json.loads((pack_dir / "heldout.json").read_text())
+    doc["reference"]["fp32_cpu_original"] = [
+        [row[0] + 0.01, row[1] - 0.01] for row in doc["reference"]["fp32_cpu_fp16_weights"]
+    ]
+    (pack_dir / "heldout.json").write_text(json.dumps(doc))
+    argv = ["run", "--pack", str(pack_dir), "--device", "cpu", "--dtypes", "float32"]
+    argv += ["--parts", "parity", "--speed-texts", "16", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    (row,) = json.loads((tmp_path / "out" / "parity.json").read_text())["rows"].values()
+    assert row["holds_parity"] is True and row["parity_reference"] == "fp32_cpu_fp16_weights"
+    assert row["max_abs_diff"] > 9e-3  # against the original, reported as measured
+    assert parity_reference("float16") == parity_reference("bfloat16") == "fp32_cpu_original"
