@@ -65,6 +65,16 @@ def bench_figures(bench: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
+PARITY_KEYS = ("holds_parity", "parity_reference", "max_abs_diff", "label_agreement", "texts_per_s")
+
+
+def parity_figures(parity: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each dtype's parity verdict and speed from the parity part (loadtest.gpuparity), so the
+    summary alone says whether the served precision holds."""
+    rows = parity.get("rows", {})
+    return {name: {k: row.get(k) for k in PARITY_KEYS} for name, row in rows.items()}
+
+
 def _target(name: str, value: float | None, goal: float) -> dict[str, Any]:
     return {"name": name, "value": value, "goal": goal, "met": value is not None and value >= goal}
 
@@ -97,6 +107,7 @@ def summarize(parts: dict[str, dict[str, Any]], mode: str) -> dict[str, Any]:
             if name in parts
         },
     }
+    doc["figures"]["parity"] = parity_figures(parts.get("parity", {}).get("result", {}))
     single = figures.get("single", {}).get("texts_per_s")
     multi = figures.get("multi", {})
     doc["targets"] = [
@@ -185,6 +196,15 @@ def markdown(doc: dict[str, Any]) -> str:
                     f"{_fmt(f['tokens_per_s'])} tokens/s, {_mib(f['peak_bytes'])}",
                 )
             )
+    for name, r in fig.get("parity", {}).items():
+        verdict = "holds" if r["holds_parity"] else "DOES NOT hold"
+        rows.append(
+            (
+                f"parity, {name}: max abs diff, same label, texts/s",
+                f"{verdict}: {r['max_abs_diff']}, {r['label_agreement']}, "
+                f"{_fmt(r['texts_per_s'])} (against {r['parity_reference'] or '-'})",
+            )
+        )
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for t in doc["targets"]:

@@ -1,5 +1,5 @@
-"""The GPU summary: its profile rows (top functions, a replica with no samples, an error), and
-which parts' statuses make the run's all_ok."""
+"""The GPU summary: its profile rows (top functions, a replica with no samples, an error), the
+parity verdicts, and which parts' statuses make the run's all_ok."""
 
 from __future__ import annotations
 
@@ -30,3 +30,29 @@ def test_a_part_left_out_on_purpose_is_no_failure_and_a_cut_one_is() -> None:
     for failed in ("timeout", "skipped: no time left", "failed: rc 1"):
         cut = {**parts, "bench": {"status": failed}}
         assert summarize(cut, "gpu")["all_ok"] is False, failed
+
+
+def test_parity_verdicts_reach_the_summary() -> None:
+    half = {
+        "holds_parity": True,
+        "parity_reference": "fp32_cpu_original",
+        "max_abs_diff": 0.0016,
+        "label_agreement": 0.9997,
+        "texts_per_s": 26650.0,
+        "accuracy": 0.89,
+    }
+    bf16 = {**half, "holds_parity": False, "max_abs_diff": 0.0138}
+    rows = {"torch float16 on cuda": half, "torch bfloat16 on cuda": bf16}
+    doc = summarize({"parity": {"status": "ok", "result": {"rows": rows}}}, "gpu")
+    assert doc["figures"]["parity"]["torch float16 on cuda"]["holds_parity"] is True
+    assert "accuracy" not in doc["figures"]["parity"]["torch float16 on cuda"]
+    table = markdown(doc)
+    assert (
+        "| parity, torch float16 on cuda: max abs diff, same label, texts/s | holds: 0.0016, "
+        "0.9997, 26,650.0 (against fp32_cpu_original) |" in table
+    )
+    assert (
+        "| parity, torch bfloat16 on cuda: max abs diff, same label, texts/s | DOES NOT hold"
+        in table
+    )
+    assert summarize({}, "gpu")["figures"]["parity"] == {}
