@@ -37,6 +37,7 @@ def test_parity_verdicts_reach_the_summary() -> None:
         "holds_parity": True,
         "parity_reference": "fp32_cpu_original",
         "max_abs_diff": 0.0016,
+        "max_abs_diff_vs_fp16_weights_cpu": 0.0014,
         "label_agreement": 0.9997,
         "texts_per_s": 26650.0,
         "accuracy": 0.89,
@@ -47,12 +48,12 @@ def test_parity_verdicts_reach_the_summary() -> None:
     assert doc["figures"]["parity"]["torch float16 on cuda"]["holds_parity"] is True
     assert "accuracy" not in doc["figures"]["parity"]["torch float16 on cuda"]
     table = markdown(doc)
+    head = "| parity, torch {} on cuda (judged against fp32_cpu_original): max abs diff vs original"
     assert (
-        "| parity, torch float16 on cuda: max abs diff, same label, texts/s | holds: 0.0016, "
-        "0.9997, 26,650.0 (against fp32_cpu_original) |" in table
+        head.format("float16") + " / FP16-rounded weights, same label, texts/s | holds: 0.0016 / "
+        "0.0014, 0.9997, 26,650.0 |" in table
     )
     assert (
-        "| parity, torch bfloat16 on cuda: max abs diff, same label, texts/s | DOES NOT hold"
-        in table
+        head.format("bfloat16") + " / FP16-rounded weights, same label, texts/s | DOES NOT" in table
     )
     assert summarize({}, "gpu")["figures"]["parity"] == {}
