@@ -145,14 +145,13 @@ def run_parity(pack_dir: Path, device: str, dtypes: list[str], report: Report, n
     for dtype in dtypes:
         model = SentimentModel.load(pack_dir / "model", device, dtype, doc["max_length"])
         probs = probabilities(model, texts)
-        rounded = refs["fp32_cpu_fp16_weights"]
-        original = compare(probs, refs["fp32_cpu_original"], labels)
+        against = {name: compare(probs, ref, labels) for name, ref in refs.items()}
         judged = parity_reference(dtype)
         row: dict[str, Any] = {
-            **original,
-            "holds_parity": holds(dtype, compare(probs, refs[judged], labels)),
+            **against["fp32_cpu_original"],
+            "holds_parity": holds(dtype, against[judged]),
             "parity_reference": judged,
-            "max_abs_diff_vs_fp16_weights_cpu": differences(probs, rounded)["max_abs_diff"],
+            "max_abs_diff_vs_fp16_weights_cpu": against["fp32_cpu_fp16_weights"]["max_abs_diff"],
             **_speed(model, speed_texts, GPU_BUDGETS if device == "cuda" else [1024]),
         }
         report.add(f"torch {dtype} on {model.device}", row)

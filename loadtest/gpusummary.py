@@ -113,8 +113,8 @@ def summarize(parts: dict[str, dict[str, Any]], mode: str) -> dict[str, Any]:
             for name in TRAIN_PROBES
             if name in parts
         },
+        "parity": parity_figures(parts.get("parity", {}).get("result", {})),
     }
-    doc["figures"]["parity"] = parity_figures(parts.get("parity", {}).get("result", {}))
     single = figures.get("single", {}).get("texts_per_s")
     multi = figures.get("multi", {})
     doc["targets"] = [
