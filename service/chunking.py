@@ -21,7 +21,14 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from service.asciipath import AsciiPath
-from service.encoding import Packed, fast_tokenizer, pack, sequence_limit, special_frame
+from service.encoding import (
+    Packed,
+    fast_tokenizer,
+    pack,
+    sequence_limit,
+    special_frame,
+    unknown_id,
+)
 
 Probs = npt.NDArray[np.float32]
 # Past this many characters a request is tokenized on a worker thread: a 20,000-character
@@ -37,6 +44,7 @@ class Windowed:
     packed: Packed  # one row per window, in text order
     windows: npt.NDArray[np.int64]  # rows per text, each at least 1
     truncated: list[bool]  # part of the text was never read
+    unknown: list[float]  # share of the text's tokens the vocabulary lacks ([UNK])
     tokenize_s: float = 0.0
 
     @property
@@ -107,6 +115,7 @@ class WindowEncoder:
         # 1 after for BERT: every window gets the same frame.
         head, tail = special_frame(tokenizer)
         self.head, self.tail = len(head), len(tail)
+        self.unknown_id = unknown_id(tokenizer)
         self.width = max_length - self.head - self.tail
         self.overlap = max_length // 8 if overlap is None else overlap
         window_spans(0, self.width, self.overlap, max_windows)  # fail now, not per request
@@ -125,7 +134,9 @@ class WindowEncoder:
         rows: list[list[int]] = []
         windows: list[int] = []
         truncated: list[bool] = []
+        unknown: list[float] = []
         for ids in self._ids(texts):
+            unknown.append(self._unknown_share(ids))
             if len(ids) <= self.max_length:
                 rows.append(ids)
                 windows.append(1)
@@ -139,7 +150,16 @@ class WindowEncoder:
             truncated.append(cut)
         packed = pack(rows)
         counts = np.array(windows, dtype=np.int64)
-        return Windowed(packed, counts, truncated, time.perf_counter() - t0)
+        return Windowed(packed, counts, truncated, unknown, time.perf_counter() - t0)
+
+    def _unknown_share(self, ids: list[int]) -> float:
+        """Share of a text's tokens, special tokens not counted, that are the unknown token:
+        a text the model cannot read (Chinese to an English vocabulary) still gets a
+        confident label, and this says so."""
+        if self.unknown_id is None:
+            return 0.0
+        tokens = len(ids) - self.head - self.tail
+        return ids.count(self.unknown_id) / tokens if tokens > 0 else 0.0
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         """Every text's ids, special tokens included: word by word where the ASCII path takes

@@ -28,11 +28,13 @@ ModelCall = Callable[[Packed, npt.NDArray[np.float32]], Awaitable[Scored]]
 
 @dataclass(frozen=True)
 class Reply:
-    """One request's answer: a probability row, a truncation flag and a window count per text."""
+    """One request's answer: per text a probability row, a truncation flag, a window count and
+    the share of its tokens unknown to the vocabulary."""
 
     probs: npt.NDArray[np.float32]
     truncated: list[bool]
     windows: list[int]
+    unknown: list[float]
 
 
 @dataclass(eq=False)
@@ -141,4 +143,4 @@ class Coalescer:
 
 def _reply(request: Windowed, probs: npt.NDArray[np.float32]) -> Reply:
     texts = aggregate(probs, request.packed.lengths(), request.windows)
-    return Reply(texts, request.truncated, request.windows.tolist())
+    return Reply(texts, request.truncated, request.windows.tolist(), request.unknown)

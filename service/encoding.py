@@ -89,6 +89,16 @@ def special_frame(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
     return encoding.ids[:head], encoding.ids[len(mask) - tail :]
 
 
+def unknown_id(tokenizer: Tokenizer) -> int | None:
+    """The id a tokenizer gives what its vocabulary lacks ([UNK] for WordPiece), or None when
+    it has none (byte-level BPE reads every text)."""
+    model = json.loads(tokenizer.to_str())["model"]
+    if model.get("unk_id") is not None:  # Unigram (SentencePiece, XLM-R)
+        return int(model["unk_id"])
+    token = model.get("unk_token")  # WordPiece, BPE
+    return None if token is None else tokenizer.token_to_id(token)
+
+
 def labels_of(model_dir: Path) -> list[str]:
     """Label names in output order, from the model's config.json."""
     id2label = json.loads((Path(model_dir) / "config.json").read_text())["id2label"]

@@ -46,7 +46,7 @@ from service.http import (
     read_body,
 )
 from service.liveconfig import LiveConfig
-from service.metrics import IngressMetrics
+from service.metrics import UNREADABLE_SHARE, IngressMetrics
 from service.modeldir import check_model_dir
 from service.render import answer_bytes, json_bytes
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
@@ -256,6 +256,7 @@ class SentimentIngress:
                 timer.cancel()
         self._counts["texts", ""] += len(texts)
         self._counts["truncated", ""] += sum(reply.truncated)
+        self._counts["unreadable", ""] += sum(share > UNREADABLE_SHARE for share in reply.unknown)
         self._windows.update(w for w in reply.windows if w > 1)
         return 200, answer_bytes(self.name, self.labels, reply), {}
 

@@ -18,6 +18,8 @@ EXPORTED_PREFIX = "ray_" + PREFIX
 
 LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 TEXTS_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0]
+# A text past this share of unknown tokens is counted as one the model cannot read.
+UNREADABLE_SHARE = 0.5
 # Windows per long text; max_windows is at most 64.
 WINDOW_BUCKETS = [2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]
 
@@ -73,6 +75,11 @@ class IngressMetrics:
             PREFIX + "truncated_texts",
             description="Texts partly unread: cut to max_seq_len tokens, or past max_windows.",
         )
+        self.unreadable = Counter(
+            PREFIX + "unreadable_texts",
+            description="Texts answered with more than half their tokens unknown to the "
+            f"model's vocabulary (unknown_share > {UNREADABLE_SHARE}): e.g. another language.",
+        )
         self.rejections = Counter(
             PREFIX + "rejections",
             description="Requests refused, by reason (validation, too_large, overloaded, ...).",
@@ -105,6 +112,12 @@ class IngressMetrics:
         gauges. `counts` maps (kind, tag) to a count; `windows` maps windows per long text
         (2 or more) to texts; `pace` is None while the ingress knows none; `refused` says why
         the latest user_config was refused (None: taken)."""
+        untagged = {
+            "resent": self.resent_calls,
+            "texts": self.texts,
+            "truncated": self.truncated,
+            "unreadable": self.unreadable,
+        }
         for (kind, tag), value in counts.items():
             if not value:
                 continue
@@ -112,10 +125,8 @@ class IngressMetrics:
                 self.requests.inc(value, tags={"status": tag})
             elif kind == "rejected":
                 self.rejections.inc(value, tags={"reason": tag})
-            elif kind == "resent":
-                self.resent_calls.inc(value)
             else:
-                (self.texts if kind == "texts" else self.truncated).inc(value)
+                untagged[kind].inc(value)
         # A histogram takes one value a call: one per long text, here rather than per request.
         for count, texts in windows.items():
             for _ in range(texts):

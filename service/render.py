@@ -16,10 +16,10 @@ def json_bytes(document: Any) -> bytes:
 
 def answer_bytes(model: str, labels: list[str], reply: Reply) -> bytes:
     """One request's answer: per text, the best label, its score, every probability, and
-    whether (and into how many windows) it was cut."""
+    whether (and into how many windows) it was cut, and how much of it the model could not read."""
     results = []
-    rows = zip(reply.probs.tolist(), reply.truncated, reply.windows, strict=True)
-    for probs, truncated, windows in rows:
+    rows = zip(reply.probs.tolist(), reply.truncated, reply.windows, reply.unknown, strict=True)
+    for probs, truncated, windows, unknown in rows:
         best = max(range(len(labels)), key=probs.__getitem__)
         results.append(
             {
@@ -28,6 +28,7 @@ def answer_bytes(model: str, labels: list[str], reply: Reply) -> bytes:
                 "probabilities": dict(zip(labels, probs, strict=True)),
                 "truncated": truncated,
                 "windows": windows,
+                "unknown_share": round(unknown, 4),
             }
         )
     return json_bytes({"model": model, "results": results})

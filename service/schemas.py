@@ -85,6 +85,13 @@ class TextResult(BaseModel):
         description="Windows of at most max_seq_len tokens the text was read in; their "
         "probabilities are averaged, weighted by window length. 1 for a text that fits.",
     )
+    unknown_share: float = Field(
+        ge=0,
+        le=1,
+        description="Share of the text's tokens the model's vocabulary lacks (its unknown "
+        "token). Near 0 for a text in the model's languages; a high share (e.g. Chinese "
+        "sent to an English model) means the label is a guess from what little it could read.",
+    )
 
 
 class ClassifyResponse(BaseModel):

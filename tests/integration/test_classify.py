@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from transformers import AutoTokenizer
 
 from service.model import SentimentModel
-from tests.integration.conftest import Deployed
+from tests.integration.conftest import Cluster, Deployed
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +56,23 @@ def test_long_token_sequences_are_read_in_windows_and_say_so(main_app: Deployed)
     assert response.status_code == 200
     results = response.json()["results"]
     assert [(r["windows"], r["truncated"]) for r in results] == [(3, False), (1, False)]
+
+
+def test_a_text_the_model_cannot_read_says_so_and_is_counted(
+    cluster: Cluster, main_app: Deployed, tiny_model_dir: Path
+) -> None:
+    unreadable = "ray_sentiment_unreadable_texts_total"
+    before = cluster.metric(unreadable, application="main")
+    # The tiny model's vocabulary is English: it lacks every Chinese character.
+    texts = ["great phone", "质量很好", "great phone, 质量"]
+    response = main_app.classify({"texts": texts})
+    assert response.status_code == 200, response.text
+    hf = AutoTokenizer.from_pretrained(tiny_model_dir)
+    shares = [hf.tokenize(t).count(hf.unk_token) / len(hf.tokenize(t)) for t in texts]
+    assert shares == [0.0, 1.0, 0.4]
+    assert [r["unknown_share"] for r in response.json()["results"]] == shares
+    # Only the text over half unknown is counted.
+    cluster.wait_for(lambda: cluster.metric(unreadable, application="main") == before + 1)
 
 
 @pytest.mark.parametrize(

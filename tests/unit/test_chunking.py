@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, models
+from transformers import AutoTokenizer
 
 from service.admission import Admission
 from service.chunking import OFFLOAD_CHARS, WindowEncoder, aggregate, window_spans
-from service.encoding import TextEncoder
+from service.encoding import TextEncoder, unknown_id
 from service.errors import Overloaded, PayloadTooLarge
 from tests.tiny_bert import SAMPLE_TEXT, build_tiny_bert
 from tests.windows import reference_windows
@@ -73,6 +75,31 @@ def test_chinese_is_chunked_by_tokens(zh_model_dir: Path) -> None:
     # 99 one-character tokens in windows of 30 stepping by 26: starts 0, 26, 52, 78.
     assert request.windows.tolist() == [4, 1]
     assert request.packed.lengths().tolist() == [32, 32, 32, 23, 6]
+
+
+def test_each_text_says_what_share_of_it_the_vocabulary_lacks(
+    tiny_model_dir: Path, zh_model_dir: Path
+) -> None:
+    texts = ["great phone", "质量不错", "great phone 质量不错", LONG + " 质量不错" * 40]
+    for model_dir in (tiny_model_dir, zh_model_dir):
+        hf = AutoTokenizer.from_pretrained(model_dir)
+        pieces = [hf.tokenize(text) for text in texts]
+        expected = [p.count(hf.unk_token) / len(p) for p in pieces]
+        request = WindowEncoder.load(model_dir, 32, max_windows=8, overlap=4).encode(texts)
+        assert request.unknown == pytest.approx(expected)
+    assert expected == [0.0, 0.0, 0.0, 0.0]  # the vocabulary with Chinese reads every text
+    # The English one lacks every Chinese character; a long text counts whole, not only its
+    # first window (68 known tokens, 160 unknown).
+    assert WindowEncoder.load(tiny_model_dir, 32, 8).encode(texts).unknown == pytest.approx(
+        [0.0, 1.0, 4 / 6, 160 / 228]
+    )
+
+
+def test_the_unknown_token_of_each_kind_of_tokenizer() -> None:
+    wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    unigram = Tokenizer(models.Unigram([("<s>", 0.0), ("<unk>", 0.0), ("a", -1.0)], unk_id=1))
+    assert (unknown_id(wordpiece), unknown_id(unigram)) == (0, 1)
+    assert unknown_id(Tokenizer(models.BPE())) is None  # byte-level BPE reads every text
 
 
 def test_truncate_mode_is_the_plain_truncation_of_before(tiny_model_dir: Path) -> None:
