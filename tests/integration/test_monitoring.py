@@ -271,6 +271,10 @@ def test_alert_rules_evaluate_and_healthy_ones_are_empty(scraped: str) -> None:
     assert ready and float(ready[0]["value"][1]) >= 1
     errors = settled(scraped, f'sentiment:http_error_ratio:rate5m{{application="{APP}"}}')
     assert errors and float(errors[0]["value"][1]) == 0.0
+    # English texts to an English model: none unreadable. (Other applications of the test
+    # session send Chinese to it on purpose, so the alert itself is not asserted empty.)
+    unreadable = settled(scraped, f'sentiment:unreadable_texts_ratio:rate5m{{application="{APP}"}}')
+    assert unreadable and float(unreadable[0]["value"][1]) == 0.0
     rejected = settled(scraped, f'sentiment:http_429_ratio:rate5m{{application="{APP}"}}')
     assert rejected and float(rejected[0]["value"][1]) > 0.0
     refused = f'ray_sentiment_user_config_refused{{application="{APP}"}}'
