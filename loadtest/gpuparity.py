@@ -216,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "pack":
         from loadtest.parity import held_out
 
-        texts, labels = held_out(args.data_dir)
-        print(json.dumps(pack(args.model_path, texts, labels.tolist(), args.pack)))
+        split = held_out(args.data_dir, args.model_path)
+        test = [e for examples in split.values() for e in examples]
+        texts, labels = [e.text for e in test], [e.label for e in test]
+        print(json.dumps(pack(args.model_path, texts, labels, args.pack)))
         return 0
     meta: dict[str, Any] = {"torch": torch.__version__, "device": args.device}
     if args.device == "cuda":
