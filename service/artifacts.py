@@ -152,7 +152,10 @@ def fastest_backend(model_dir: Path, device_type: str) -> tuple[str, str]:
     measured = current_measurement(model_dir, device_type)
     if measured is None:
         where = export_dir(model_dir) / MANIFEST
-        return "torch", f"no measurement for {device_type} and these weights in {where}"
+        return "torch", (
+            f"no measurement for {device_type} and these weights in {where}; "
+            f"`make parity MODEL_DIR={model_dir}` measures it"
+        )
     speeds = {k: v for k, v in measured.get("texts_per_s", {}).items()}
     eligible = [b for b in measured.get("eligible", []) if b in speeds]
     if not eligible:

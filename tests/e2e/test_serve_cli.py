@@ -114,8 +114,10 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
     output = (tmp_path / "serve.log").read_text()
     assert "Sentiment service is up" in output and f"{base}/docs" in output
     assert "HAProxy" in output, "the default ingress is Ray's high-throughput mode"
-    # No parity was measured for the tiny model: the banner says it serves torch, and why.
+    # No parity was measured for the tiny model: the banner says it serves torch, why, and
+    # what measures it.
     assert "backend   torch (no measurement for cpu" in output
+    assert "`make parity MODEL_DIR=" in output
     # Stopped means stopped: nothing (HAProxy included) still listens, and a new server can
     # bind the port (as servers do, with SO_REUSEADDR: closed connections linger in TIME_WAIT).
     assert listeners(port) == {}
