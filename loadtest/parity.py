@@ -113,8 +113,7 @@ def compare(
         return {"accuracy": accuracy, **differences(probs[rows], ref[rows])}
 
     row: dict[str, Any] = one(np.ones(len(labels), dtype=bool))
-    names = [] if languages is None else sorted(set(languages.tolist()))
-    if languages is not None and len(names) > 1:
+    if languages is not None and len(names := sorted(set(languages.tolist()))) > 1:
         row["languages"] = {name: one(languages == name) for name in names}
     return row
 
