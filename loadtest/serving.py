@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadtest import cpu
+from loadtest import strays
 from loadtest.ports import free_port
 from service import lifecycle
 from service.failover import pickled_calls
@@ -157,56 +155,14 @@ def _ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
         yield f"http://127.0.0.1:{http_port}"
     finally:
-        haproxy = haproxy_processes(below=os.getpid())
+        haproxy = strays.haproxy_processes(below=os.getpid())
         try:
             serve.shutdown()  # type: ignore[no-untyped-call]
         finally:
             ray.shutdown()
-            ended = end_haproxy(haproxy) + lifecycle.stop_listeners(http_port)
+            ended = strays.end_haproxy(haproxy) + lifecycle.stop_listeners(http_port)
             if ended:
                 print(f"ended {len(ended)} HAProxy process(es) left after shutdown", flush=True)
-
-
-def haproxy_processes(below: int | None = None) -> dict[tuple[int, int], str]:
-    """HAProxy processes, (pid, start time) -> command line; only those under `below` if set."""
-    stats = cpu.processes()
-    tree = cpu.descendants({p: s.ppid for p, s in stats.items()}, below) if below else None
-    found = {}
-    for pid, stat in stats.items():
-        line = cpu.cmdline(pid)
-        if cpu.is_haproxy(line) and (tree is None or pid in tree):
-            found[(pid, stat.start)] = line
-    return found
-
-
-def end_haproxy(seen: dict[tuple[int, int], str], wait_s: float = 5.0) -> list[int]:
-    """Terminate the HAProxy processes in `seen`, and any that read the same config file (a
-    reload starts a new process, and a stray one is reparented). Returns their pids."""
-    configs = {m.group(1) for line in seen.values() for m in re.finditer(r"-f (\S+)", line)}
-    targets = [
-        key[0]
-        for key, line in haproxy_processes().items()
-        if key in seen or any(c in line for c in configs)
-    ]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in targets:
-            with suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(p) for p in targets):
-            time.sleep(0.1)
-        if not any(_alive(p) for p in targets):
-            break
-    return targets
-
-
-def _alive(pid: int) -> bool:
-    try:
-        # A zombie child has no process left to end; it only waits to be reaped.
-        state = (cpu.PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class BenchApps:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import cpu, served, serving
+from loadtest import cpu, served, strays
 
 BENCH = 100  # the bench process: the root, never counted
 
@@ -228,11 +228,11 @@ def test_end_haproxy_ends_ours_and_reloads_of_our_config_only(tmp_path: Path) ->
     try:
         seen = {
             key: line
-            for key, line in serving.haproxy_processes(below=os.getpid()).items()
+            for key, line in strays.haproxy_processes(below=os.getpid()).items()
             if key[0] == ours.pid
         }
         assert len(seen) == 1
-        ended = serving.end_haproxy(seen, wait_s=5)
+        ended = strays.end_haproxy(seen, wait_s=5)
         assert sorted(ended) == sorted([ours.pid, reload.pid])
         assert ours.wait(5) is not None and reload.wait(5) is not None
         assert other.poll() is None
