@@ -1,7 +1,8 @@
 """A lean asyncio HTTP load generator for benchmarks (closed and open loop, bounded).
 
 Locust is the tool for rehearsals; benchmarks need a client that costs the shared CPU as little
-as possible, so this one pre-encodes bodies and keeps connections alive.
+as possible, so this one pre-encodes bodies, keeps connections alive and speaks HTTP on bare
+asyncio protocols (loadtest.rawhttp).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import aiohttp
+from loadtest.rawhttp import Poster
 
 
 @dataclass
@@ -55,17 +56,11 @@ def bodies(texts: list[str], per_request: int) -> list[tuple[bytes, int]]:
     return [(json.dumps({"texts": c}).encode(), len(c)) for c in chunks if len(c) == per_request]
 
 
-async def _post(
-    session: aiohttp.ClientSession, url: str, body: tuple[bytes, int], result: RunResult
-) -> None:
+async def _post(poster: Poster, body: tuple[bytes, int], result: RunResult) -> None:
     t0 = time.perf_counter()
     try:
-        async with session.post(
-            url, data=body[0], headers={"content-type": "application/json"}
-        ) as response:
-            await response.read()
-            status = response.status
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+        status = await poster.post(body[0])
+    except (OSError, asyncio.TimeoutError, ValueError):  # no answer, or none HTTP can frame
         status = 0
     result.statuses[status] = result.statuses.get(status, 0) + 1
     if status == 200:
@@ -75,15 +70,6 @@ async def _post(
     else:
         result.errors += 1
         result.refused.setdefault(status, []).append(time.perf_counter() - t0)
-
-
-def _session(connections: int, timeout_s: float) -> aiohttp.ClientSession:
-    """Keep-alive connections, at most `connections` (0: no cap). aiohttp's default cap is
-    100, which would quietly turn 256 clients into 100."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-    )
 
 
 async def closed_loop(
@@ -103,18 +89,22 @@ async def closed_loop(
     sent = 0
     deadline = time.perf_counter() + duration_s
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    async def worker() -> None:
         nonlocal sent
         while sent < max_requests and time.perf_counter() < deadline:
             body = payloads[sent % len(payloads)]
             sent += 1
-            await _post(session, url, body, result)
+            await _post(poster, body, result)
 
-    async with _session(concurrency, timeout_s) as session:
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-        result.seconds = time.perf_counter() - t0
-        result.client_cpu_s = time.process_time() - cpu0
+    # One connection a worker at most: a pool of `concurrency` keep-alive connections.
+    poster = Poster(url, timeout_s)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        poster.close()
+    result.seconds = time.perf_counter() - t0
+    result.client_cpu_s = time.process_time() - cpu0
     return result
 
 
@@ -136,18 +126,21 @@ async def open_loop(
     rng = random.Random(seed)
     result = RunResult()
     tasks: list[asyncio.Task[None]] = []
-    async with _session(0, timeout_s) as session:
-        t0, cpu0 = time.perf_counter(), time.process_time()
+    poster = Poster(url, timeout_s)  # as many connections as requests in flight
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    try:
         next_at, i = 0.0, 0
         while next_at < duration_s and i < max_requests:
             delay = t0 + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             body = payloads[i % len(payloads)]
-            tasks.append(asyncio.create_task(_post(session, url, body, result)))
+            tasks.append(asyncio.create_task(_post(poster, body, result)))
             i += 1
             next_at += rng.expovariate(rate_per_s)
         await asyncio.gather(*tasks)
-        result.seconds = time.perf_counter() - t0
-        result.client_cpu_s = time.process_time() - cpu0
+    finally:
+        poster.close()
+    result.seconds = time.perf_counter() - t0
+    result.client_cpu_s = time.process_time() - cpu0
     return result
