@@ -1,10 +1,11 @@
 """Load from several client processes, for rates one asyncio process cannot drive.
 
 One closed-loop client (loadtest.httpload) costs about 0.06 ms of CPU a request on the 2-core
-machines: half a core at the 8,000 single-text requests/s a GPU replica should answer, where
-one process can use one core at the most, so one process would bound what it measures. A `ClientPool` keeps N child processes (`python -m loadtest.clients`), splits
-each run's clients and request cap among them, starts them together and merges what they
-measured. The children run this module, which `loadtest.cpu` leaves out of the server's CPU;
+machines: half a core at the 8,000 single-text requests/s a GPU replica should answer, and
+one process is one core at the most, its event loop's delays growing well before that. A
+`ClientPool` keeps N child processes (`python -m loadtest.clients`), splits each run's
+clients and request cap among them, starts them together and merges what they measured.
+The children run this module, which `loadtest.cpu` leaves out of the server's CPU;
 their own CPU comes back in `RunResult.client_cpu_s`.
 
 Protocol, one JSON object a line: the child says `{"ready": true}` once it has imported
