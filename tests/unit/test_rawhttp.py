@@ -17,7 +17,7 @@ Reply = Callable[[int], bytes | None]  # the n-th request's raw answer; None: cl
 
 def _answer(status: int, body: bytes, *headers: str) -> bytes:
     head = "".join(f"{h}\r\n" for h in headers)
-    return b"HTTP/1.1 %d X\r\n%scontent-length: %d\r\n\r\n%s" % (
+    return b"HTTP/1.1 %d X\r\n%sContent-Length:  %d\r\n\r\n%s" % (
         status, head.encode(), len(body), body,
     )  # fmt: skip
 
@@ -82,7 +82,7 @@ def test_content_length_answers_reuse_one_connection() -> None:
 
 def test_chunked_answer_is_read_whole_and_the_connection_kept() -> None:
     chunked = (
-        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding:chunked\r\n\r\n"  # any case, no space
         b'4\r\n{"a"\r\n3;x=1\r\n:1}\r\n0\r\n\r\n'  # two chunks, one with an extension
     )
     statuses: list[int] = []
