@@ -214,12 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--speed-texts", type=int, default=2048, help="benchmark corpus texts")
     args = parser.parse_args(argv)
     if args.command == "pack":
-        from loadtest.parity import held_out
+        from loadtest.parity import flatten, held_out
 
-        split = held_out(args.data_dir, args.model_path)
-        test = [e for examples in split.values() for e in examples]
-        texts, labels = [e.text for e in test], [e.label for e in test]
-        print(json.dumps(pack(args.model_path, texts, labels, args.pack)))
+        texts, labels, _ = flatten(held_out(args.data_dir, args.model_path))
+        print(json.dumps(pack(args.model_path, texts, labels.tolist(), args.pack)))
         return 0
     meta: dict[str, Any] = {"torch": torch.__version__, "device": args.device}
     if args.device == "cuda":

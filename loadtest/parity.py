@@ -72,6 +72,16 @@ def held_out(data_dir: Path, model_path: Path) -> dict[str, list[Example]]:
     return {"english": [e for e in test if e.source != FULL_SOURCE]}
 
 
+def flatten(
+    split: dict[str, list[Example]],
+) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.str_]]:
+    """A split's texts, labels and languages in one order: language by language, each as the
+    split holds it."""
+    test = [(e, lang) for lang, examples in split.items() for e in examples]
+    texts = [e.text for e, _ in test]
+    return texts, np.array([e.label for e, _ in test]), np.array([lang for _, lang in test])
+
+
 def probabilities(
     model: SentimentModel, texts: list[str], overhead: int | None = None
 ) -> npt.NDArray[np.float32]:
@@ -139,10 +149,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Load each backend, compare it with torch, then time them all, interleaved."""
     torch.set_num_threads(args.threads)
     split = held_out(args.data_dir, args.model_path)
-    test = [(e, lang) for lang, examples in split.items() for e in examples]
-    texts = [e.text for e, _ in test]
-    labels = np.array([e.label for e, _ in test])
-    languages = np.array([lang for _, lang in test])
+    texts, labels, languages = flatten(split)
     if args.max_length is None:
         args.max_length = int(recipe(args.model_path).get("max_length", DEFAULT_MAX_LENGTH))
     models: dict[str, SentimentModel] = {}
