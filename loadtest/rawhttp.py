@@ -102,15 +102,19 @@ class Poster:
         self._requests: dict[bytes, bytes] = {}
 
     async def post(self, body: bytes) -> int:
-        """The answer's status; raises OSError or asyncio.TimeoutError when there is none."""
+        """The answer's status; raises OSError or asyncio.TimeoutError when there is none, and
+        ValueError for an answer it cannot frame. Connecting counts toward the timeout."""
         request = self._requests.get(body)
         if request is None:
             request = self._head + b"%d\r\n\r\n" % len(body) + body
             self._requests[body] = request
-        connection = self._idle_connection() or await self._open()
         loop = asyncio.get_running_loop()
+        start = loop.time()
+        connection = self._idle_connection()
+        if connection is None:  # a connect the server never accepts must not hang a worker
+            connection = await asyncio.wait_for(self._open(), self.timeout_s)
         answer = connection.send(request)
-        timer = loop.call_later(self.timeout_s, _time_out, answer)
+        timer = loop.call_at(start + self.timeout_s, _time_out, answer)
         try:
             status = await answer
         except BaseException:

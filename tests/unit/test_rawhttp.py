@@ -4,6 +4,7 @@ HTTP allows a POST answer to be framed, or fail to answer."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -160,3 +161,27 @@ def test_closed_loop_counts_every_answer_once() -> None:
     [result] = results
     assert result.statuses == {200: 20, 429: 10} and result.texts == 20
     assert len(result.latencies) == 20 and len(connections) <= 4 and sum(connections) == 30
+
+
+def test_a_connect_never_accepted_times_out() -> None:
+    """A listener whose accept queue is full drops new SYNs: the connect hangs, and the
+    request's timeout bounds it as it bounds the answer."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+
+        async def post() -> int:
+            poster = Poster(f"http://127.0.0.1:{port}/", 0.5)
+            return await poster.post(b"{}")
+
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                asyncio.run(post())
+        finally:
+            for filler in fillers:
+                filler.close()
