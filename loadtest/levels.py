@@ -24,6 +24,11 @@ class OverheadPlan:
     warmup_s: float
     max_requests: int
     hop_calls: int  # calls per hop in the one-client latency breakdown (loadtest.hops)
+    # The service, the floor and the reference taking turns (loadtest.paired): rounds, and
+    # each turn's seconds after its warm-up.
+    turn_rounds: int = 3
+    turn_s: float = 4.0
+    turn_warmup_s: float = 1.0
 
 
 def _ms_per(seconds: float, count: int) -> float | None:

@@ -24,9 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest import callsize, floor, hops, reference, serving
+from loadtest import callsize, floor, hops, paired, reference, serving
+from loadtest.clients import pool
 from loadtest.httpload import bodies
 from loadtest.levels import OverheadPlan, measure
+from loadtest.ports import free_port
 from loadtest.tinymodel import (
     HEADS,
     HIDDEN,
@@ -48,7 +50,7 @@ IDLE_PENALTY_MS = 3.0  # p50 at one client over one in-process forward of a text
 
 
 FULL = OverheadPlan([1, 64, 256], 8.0, 2.0, 200_000, 200)
-QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000, 10)
+QUICK = OverheadPlan([1, 64, 256], 1.5, 0.5, 20_000, 10, 2, 0.5, 0.2)
 
 
 def run(
@@ -96,6 +98,7 @@ def run(
         floor_rows = asyncio.run(
             measure(floor_url, payloads, plan, "floor", client_processes=client_processes)
         )
+        turns = _take_turns(url, floor_url, tiny, backend, payloads, plan, client_processes)
         floor.remove()
         two_tier: dict[str, Any] = {}
         if settings.layout == "two-tier":  # before any handle is called outside an event loop
@@ -131,8 +134,45 @@ def run(
         "floor_levels": floor_rows,
         "hops": hop,
         **({"reference": reference.describe(), "reference_levels": mosec} if mosec else {}),
+        "turns": turns,
         **two_tier,
     }
+
+
+def _take_turns(
+    service_url: str,
+    floor_url: str,
+    tiny: Path,
+    backend: str,
+    payloads: list[tuple[bytes, int]],
+    plan: OverheadPlan,
+    client_processes: int,
+) -> dict[str, Any]:
+    """The service, the floor and, where mosec is installed, the reference serving the same
+    model, up at once and taking turns at the target's client count (loadtest.paired)."""
+    targets = [
+        paired.Target(paired.SERVICE, service_url, ("SentimentIngress", "SentimentModel")),
+        paired.Target(paired.FLOOR, floor_url, ("Floor",)),
+    ]
+
+    async def take(extra: list[paired.Target]) -> dict[str, Any]:
+        async with pool(client_processes) as load:
+            return await paired.alternate(
+                [*targets, *extra],
+                payloads,
+                OVERHEAD_CLIENTS,
+                plan.turn_rounds,
+                plan.turn_s,
+                plan.turn_warmup_s,
+                plan.max_requests,
+                load,
+            )
+
+    if not reference.available():
+        return asyncio.run(take([]))
+    with reference.serve(tiny, free_port(), backend) as running:
+        own = ("loadtest.reference", "mosec")
+        return asyncio.run(take([paired.Target(paired.REFERENCE, running.url, own, ray=False)]))
 
 
 def _two_tier(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest import callsize, hops, tally
+from loadtest import callsize, hops, paired, tally
 from loadtest.levels import MODEL_GROUP
 from loadtest.overhead import (
     ADDED_CPU_MS_PER_REQUEST,
@@ -51,6 +51,7 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
             "met": added is not None and added <= ADDED_CPU_MS_PER_REQUEST and not row["errors"],
         },
         *_reference_targets(section),
+        *paired.targets(section.get("turns"), REFERENCE_RATE_RATIO, ADDED_CPU_MS_PER_REQUEST),
         *_lone_targets(section),
     ]
 
@@ -151,6 +152,8 @@ def report_lines(section: dict[str, Any]) -> list[str]:
         lines += ["", *_floor_lines(section), "", _split_line(section)]
     if section.get("reference_levels"):
         lines += ["", *_reference_lines(section)]
+    if section.get("turns"):
+        lines += ["", *paired.report_lines(section["turns"])]
     if section.get("two_tier_levels"):
         lines += ["", *_two_tier_lines(section)]
     if calls := section.get("two_tier_calls"):

@@ -133,7 +133,7 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         assert abs(r["added_to_floor_cpu_ms_per_request"] - added) < 0.002
     # The last: a lone request's idle penalty in two tiers (this run's layout), against the
     # tiny model's own forward of one text in-process.
-    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1, 0.8, 3.0]
+    assert [t["goal"] for t in section["targets"]] == [1.0, 0.1, 0.1, 0.8, 0.1, 0.8, 3.0]
     assert section["layout"] == "two-tier" and section["forward_alone_ms"] > 0
     lone = section["levels"][0]
     penalty = section["targets"][-1]
@@ -148,6 +148,16 @@ def _check_overhead(section: dict[str, Any], table: str) -> None:
         assert f["groups"]["loadtest.reference"]["cpu_ms_per_request"] > 0, f["groups"]
         assert not {"SentimentIngress", "raylet"} & set(f["groups"]), f["groups"]  # no Ray yet
     assert "Rust-fronted reference in the same run" in table
+    # The three up at once, taking turns at 64 clients: every turn answered and its CPU read.
+    turns = section["turns"]
+    assert turns["targets"] == ["service", "floor", "reference"] and turns["clients"] == 64
+    assert len(turns["turns"]) == turns["rounds"] == section["plan"]["turn_rounds"]
+    for row in turns["turns"]:
+        for t in row.values():
+            assert t["errors"] == 0 and t["requests_per_s"] > 0 and t["server_cpu_ms_per_request"]
+    assert turns["rate_over_reference_median"] is not None
+    assert section["targets"][5]["value"] == turns["rate_over_reference_median"]
+    assert "Taking turns: service, floor, reference up at once" in table
     # The model replica called directly, by call size: every size answered, its CPU read.
     calls = section["two_tier_calls"]
     assert [r["texts_per_call"] for r in calls["sizes"]] == [1, 8, 32, 128]

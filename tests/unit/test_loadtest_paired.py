@@ -1,0 +1,137 @@
+"""Targets taking turns (loadtest.paired): three real loopback servers as child processes,
+loaded by the bench's own client, each turn's CPU read from /proc. A process of one target
+that stays busy between requests counts in that target's turns and in no other's."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from loadtest import paired
+from loadtest.httpload import RunResult, bodies, closed_loop
+from loadtest.ports import free_port
+
+# Answers every request with a small JSON body; its command line names its group (loadtest.cpu).
+SERVER = """
+import asyncio, sys
+
+BODY = b'{"ok": true}'
+ANSWER = b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n"
+ANSWER += b"Content-Length: %d\\r\\n\\r\\n%s"
+
+
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+
+    def data_received(self, data):
+        self.buffer += data
+        while (end := self.buffer.find(b"\\r\\n\\r\\n")) >= 0:
+            head = self.buffer[:end].lower()
+            size = int(head.split(b"content-length:")[1].split(b"\\r\\n")[0])
+            if len(self.buffer) < end + 4 + size:
+                return
+            self.buffer = self.buffer[end + 4 + size :]
+            self.transport.write(ANSWER % (len(BODY), BODY))
+
+
+async def main(port):
+    server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", port)
+    await server.serve_forever()
+
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def _servers(script: Path, groups: list[str]) -> Iterator[list[str]]:
+    """One server per group name, and a busy loop in the second group; their URLs."""
+    ports = [free_port() for _ in groups]
+    cmds = [[sys.executable, str(script), str(p), g] for p, g in zip(ports, groups, strict=True)]
+    cmds.append([sys.executable, "-c", "while True: pass", groups[1]])
+    children = [subprocess.Popen(cmd) for cmd in cmds]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(_listening(p) for p in ports):
+            assert time.monotonic() < deadline, "the loopback servers did not start"
+            time.sleep(0.05)
+        yield [f"http://127.0.0.1:{p}/v1/classify" for p in ports]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_turns_rotate_and_count_only_their_own_processes(tmp_path: Path) -> None:
+    script = tmp_path / "answer.py"
+    script.write_text(SERVER)
+    measured: list[str] = []
+
+    async def load(
+        url: str, payloads: list[tuple[bytes, int]], c: int, seconds: float, most: int
+    ) -> RunResult:
+        measured.append(url)
+        return await closed_loop(url, payloads, c, seconds, most)
+
+    with _servers(script, ["SentimentIngress", "Floor", "mosec"]) as (service, floor, ref):
+        targets = [
+            paired.Target(paired.SERVICE, service, ("SentimentIngress",)),
+            paired.Target(paired.FLOOR, floor, ("Floor",)),
+            paired.Target(paired.REFERENCE, ref, ("mosec",), ray=False),
+        ]
+        payloads = bodies(["a short review"], 1)
+        doc = asyncio.run(paired.alternate(targets, payloads, 4, 3, 0.5, 0.1, 100_000, load))
+
+    # Each turn is a warm-up, then the measured run; the first target moves each round.
+    turns = measured[1::2]
+    assert turns == [service, floor, ref, floor, ref, service, ref, service, floor]
+    assert doc["targets"] == ["service", "floor", "reference"] and len(doc["turns"]) == 3
+    for row in doc["turns"]:
+        assert all(t["errors"] == 0 and t["requests_per_s"] > 0 for t in row.values()), row
+        # The busy loop is the floor's: its turns carry a core of it, the others none.
+        floor_ms = row["floor"]["server_cpu_ms_per_request"]
+        assert floor_ms > 2 * row["service"]["server_cpu_ms_per_request"], row
+        assert floor_ms > 2 * row["reference"]["server_cpu_ms_per_request"], row
+    expected = [
+        round(r["service"]["requests_per_s"] / r["reference"]["requests_per_s"], 3)
+        for r in doc["turns"]
+    ]
+    assert doc["rate_over_reference"] == expected
+    assert doc["rate_over_reference_median"] == sorted(expected)[1]
+    assert all(added < 0 for added in doc["added_to_floor_cpu_ms"])  # the floor is the busy one
+
+    found = paired.targets(doc, 0.8, 0.1)
+    assert [t["goal"] for t in found] == [0.1, 0.8]
+    assert found[1]["value"] == doc["rate_over_reference_median"]
+    assert found[0]["met"] is True  # less than the floor: nothing added
+    lines = paired.report_lines(doc)
+    assert sum(line.startswith("| ") and line[2].isdigit() for line in lines) == 3
+    assert paired.targets(None, 0.8, 0.1) == []
+
+
+def test_medians_skip_rounds_with_errors_or_a_missing_target() -> None:
+    def turn(rate: float, cpu: float | None, errors: int = 0) -> dict[str, float | int | None]:
+        return {"requests_per_s": rate, "server_cpu_ms_per_request": cpu, "errors": errors}
+
+    turns = [
+        {"service": turn(800, 0.9), "floor": turn(2000, 0.5), "reference": turn(1000, 0.7)},
+        {"service": turn(700, 1.0, errors=3), "floor": turn(2000, 0.5)},
+        {"service": turn(900, 0.8), "floor": turn(2100, None), "reference": turn(1000, 0.7)},
+    ]
+    got = paired.medians(turns)
+    assert got["rate_over_reference"] == [0.8, 0.9]
+    assert got["rate_over_reference_median"] == 0.85
+    assert got["added_to_floor_cpu_ms"] == [0.4]
+    assert paired.medians([])["added_to_floor_cpu_ms_median"] is None
