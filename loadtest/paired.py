@@ -1,7 +1,7 @@
 """The service, Ray Serve's floor and the Rust-fronted reference, taking turns at one level.
 
 Measured one after another, minutes apart, the three read the machine at different moments:
-on a shared 2-core machine two whole bench runs six minutes apart put the service at 0.455 and
+on a shared 2-core machine two bench runs six minutes apart put the service at 0.455 and
 0.707 of the reference's request rate. Here all three are up at once and take turns at the
 same client count, a few seconds each, in an order rotated every round; each round gives a
 ratio of neighbouring seconds, and the medians over the rounds are the figures. An idle server

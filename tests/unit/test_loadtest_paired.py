@@ -135,3 +135,24 @@ def test_medians_skip_rounds_with_errors_or_a_missing_target() -> None:
     assert got["rate_over_reference_median"] == 0.85
     assert got["added_to_floor_cpu_ms"] == [0.4]
     assert paired.medians([])["added_to_floor_cpu_ms_median"] is None
+
+
+def test_without_the_reference_only_the_floor_target_is_held() -> None:
+    turns = [
+        {
+            "service": {"requests_per_s": 900, "server_cpu_ms_per_request": 0.8, "errors": 0},
+            "floor": {"requests_per_s": 2000, "server_cpu_ms_per_request": 0.5, "errors": 0},
+        }
+    ]
+    doc = {
+        "clients": 64,
+        "rounds": 1,
+        "seconds": 4.0,
+        "warmup_s": 1.0,
+        "targets": ["service", "floor"],
+        "turns": turns,
+        **paired.medians(turns),
+    }
+    found = paired.targets(doc, 0.8, 0.1)
+    assert [(t["value"], t["goal"], t["met"]) for t in found] == [(0.3, 0.1, False)]
+    assert "rate over the reference" not in " ".join(paired.report_lines(doc))
