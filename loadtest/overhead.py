@@ -1,11 +1,12 @@
-"""The tiny-model overhead run: what serving itself costs, with a model that costs ~nothing.
+"""The tiny-model overhead run: what serving itself costs, with a model that costs little.
 
 A random 2-layer BERT (hidden 64) with the real model's tokenizer, served the way the service
 is served; single-text requests from 1, 64 and 256 keep-alive clients. For each level
 (loadtest.levels): requests/s, latency, and the CPU every server process spent per request
 (from /proc, see loadtest.cpu), by process group, with the model replica's own CPU split from
 its forward thread's; then the same levels against Ray Serve's floor (loadtest.floor) in the
-same Ray, and where the service is co-located, the same model in two tiers (the GPU layout).
+same Ray, the service, the floor and mosec taking turns at 64 clients (loadtest.paired), and
+where the service is co-located, the same model in two tiers (the GPU layout).
 Its targets and its part of bench.md are loadtest.overheadreport's.
 
 The tiny model runs on the backend the real model gets here (`onnx` stands for both ONNX
