@@ -31,7 +31,8 @@ class OverheadPlan:
     turn_warmup_s: float = 1.0
 
 
-def _ms_per(seconds: float, count: int) -> float | None:
+def ms_per(seconds: float, count: int) -> float | None:
+    """Milliseconds of `seconds` per one of `count` (None for none), to three places."""
     return round(seconds * 1000 / count, 3) if count else None
 
 
@@ -61,16 +62,16 @@ def level_row(
         "requests_per_s": round(n / result.seconds, 2) if result.seconds else 0.0,
         "p50_ms": round(result.percentile(0.50) * 1000, 2),
         "p99_ms": round(result.percentile(0.99) * 1000, 2),
-        "server_cpu_ms_per_request": _ms_per(used.total, n),
+        "server_cpu_ms_per_request": ms_per(used.total, n),
         # Co-located there is no model replica process: its figure does not exist.
         "model_replica_cpu_ms_per_text": (
-            _ms_per(model - forward_here, n) if MODEL_GROUP in used.by_group else None
+            ms_per(model - forward_here, n) if MODEL_GROUP in used.by_group else None
         ),
-        "forward_cpu_ms_per_text": _ms_per(forward, n),
+        "forward_cpu_ms_per_text": ms_per(forward, n),
         "texts_per_batch": batching.get("texts_per_batch"),
         "texts_per_forward": batching.get("texts_per_forward"),
         "groups": {
-            g: {"processes": used.processes[g], "cpu_ms_per_request": _ms_per(s, n)}
+            g: {"processes": used.processes[g], "cpu_ms_per_request": ms_per(s, n)}
             for g, s in sorted(used.by_group.items())
         },
     }

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest import callsize, floor, hops, paired, reference, serving
+from loadtest import callsize, cpu, floor, hops, paired, reference, serving
 from loadtest.clients import pool
 from loadtest.httpload import bodies
 from loadtest.levels import OverheadPlan, measure
@@ -152,7 +152,7 @@ def _take_turns(
     """The service, the floor and, where mosec is installed, the reference serving the same
     model, up at once and taking turns at the target's client count (loadtest.paired)."""
     targets = [
-        paired.Target(paired.SERVICE, service_url, ("SentimentIngress", "SentimentModel")),
+        paired.Target(paired.SERVICE, service_url, cpu.MODEL_GROUPS),
         paired.Target(paired.FLOOR, floor_url, ("Floor",)),
     ]
 

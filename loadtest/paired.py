@@ -24,6 +24,7 @@ from typing import Any
 
 from loadtest import cpu
 from loadtest.clients import ClosedLoop
+from loadtest.levels import ms_per
 
 SERVICE, FLOOR, REFERENCE = "service", "floor", "reference"
 
@@ -79,7 +80,7 @@ async def alternate(
             n, spent = result.requests, turn_cpu_s(target, targets, used)
             row[target.name] = {
                 "requests_per_s": round(n / result.seconds, 2) if result.seconds else 0.0,
-                "server_cpu_ms_per_request": round(spent * 1000 / n, 3) if n else None,
+                "server_cpu_ms_per_request": ms_per(spent, n),
                 "errors": result.errors,
             }
         turns.append(row)
