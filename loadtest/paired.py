@@ -98,14 +98,17 @@ async def alternate(
 
 def medians(turns: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Per round, the service's rate over the reference's and its CPU a request beyond the
-    floor's; their medians, None where a target is missing or a turn had errors or answered
-    nothing."""
+    floor's; their medians. A round counts only where both turns ran without errors and were
+    read (CPU None: no request answered; /proc's 10 ms ticks may read a short turn as 0.0,
+    a value), and for the rate where the reference answered any."""
 
     def per_round(a: str, b: str, key: str, over: bool) -> list[float]:
         out = []
         for row in turns:
             x, y = row.get(a), row.get(b)
-            if not x or not y or x["errors"] or y["errors"] or not x[key] or not y[key]:
+            if not x or not y or x["errors"] or y["errors"] or x[key] is None or y[key] is None:
+                continue
+            if over and not y[key]:  # nothing to divide by
                 continue
             out.append(x[key] / y[key] if over else x[key] - y[key])
         return out
