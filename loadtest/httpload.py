@@ -31,6 +31,10 @@ class RunResult:
     refused: dict[int, list[float]] = field(default_factory=dict)
 
     @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
     def texts_per_s(self) -> float:
         return self.texts / self.seconds if self.seconds else 0.0
 

@@ -59,7 +59,7 @@ def level_row(
         "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
         "seconds": round(result.seconds, 3),
         "client_busy_cores": result.client_busy_cores,
-        "requests_per_s": round(n / result.seconds, 2) if result.seconds else 0.0,
+        "requests_per_s": round(result.requests_per_s, 2),
         "p50_ms": round(result.percentile(0.50) * 1000, 2),
         "p99_ms": round(result.percentile(0.99) * 1000, 2),
         "server_cpu_ms_per_request": ms_per(used.total, n),

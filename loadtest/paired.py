@@ -77,10 +77,11 @@ async def alternate(
             before = cpu.snapshot(me)
             result = await load(target.url, payloads, clients, seconds, max_requests)
             used = cpu.usage(before, cpu.snapshot(me))
-            n, spent = result.requests, turn_cpu_s(target, targets, used)
             row[target.name] = {
-                "requests_per_s": round(n / result.seconds, 2) if result.seconds else 0.0,
-                "server_cpu_ms_per_request": ms_per(spent, n),
+                "requests_per_s": round(result.requests_per_s, 2),
+                "server_cpu_ms_per_request": ms_per(
+                    turn_cpu_s(target, targets, used), result.requests
+                ),
                 "errors": result.errors,
             }
         turns.append(row)
