@@ -38,6 +38,8 @@ class Answer(asyncio.Protocol):
             if len(self.buffer) < end + 4 + size:
                 return
             self.buffer = self.buffer[end + 4 + size :]
+            # Answered 10 ms late: four clients then send ~400 requests a second, not as
+            # many as two cores allow, so the test stays light beside the rest of the suite.
             asyncio.get_running_loop().call_later(
                 0.01, self.transport.write, ANSWER % (len(BODY), BODY)
             )
