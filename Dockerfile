@@ -36,11 +36,13 @@ WORKDIR /home/ray/app
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 
 COPY --chown=1000:100 pyproject.toml README.md ./
+# The versions `make test` passed with on this image's Python (`make lock`).
+COPY --chown=1000:100 constraints/py3.11.txt ./constraints/
 COPY --chown=1000:100 service ./service
 COPY --chown=1000:100 training ./training
 COPY --chown=1000:100 loadtest ./loadtest
 # The loadtest extra brings Locust, so the rehearsal Job runs on this image too.
-RUN pip install --no-cache-dir "./[loadtest]"
+RUN pip install --no-cache-dir -c constraints/py3.11.txt "./[loadtest]"
 
 # The served model is part of the image (built by `make model`): one tag, one model.
 COPY --chown=1000:100 models/default /home/ray/models/default

@@ -8,6 +8,12 @@ TORCH_SPEC ?= torch==2.13.0
 MODEL_DIR ?= models/default
 MULTILINGUAL_DIR ?= models/multilingual
 STAMP := $(VENV)/.installed
+# The versions tested together, one lock per Python version (`make lock` writes it): a release
+# published after the lock cannot change what a fresh `make install` gets. A Python without a
+# lock installs the newest versions pyproject.toml allows.
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+LOCK := constraints/py$(PY_VERSION).txt
+WITH_LOCK := $(if $(wildcard $(LOCK)),-c $(LOCK))
 # Load tests and benchmarks; each can also be set in the environment. The locustfile reads
 # every other LOADTEST_* variable itself (see README, Load tests).
 LOADTEST_HOST ?= http://127.0.0.1:8000
@@ -39,13 +45,14 @@ SOAK_ARGS ?=
 CHAOS_OUT ?= results/chaos
 CHAOS_ARGS ?=
 
-.PHONY: help install serve test test-unit test-integration lint typecheck model model-full default-model measured-model model-multilingual \
+.PHONY: help install lock serve test test-unit test-integration lint typecheck model model-full default-model measured-model model-multilingual \
 	bench bench-overhead bench-launch loadtest capacity probe train-probe k8s-check prometheus-tools clean gpu-bundle gpu-bench \
 	checkov-tools soak export parity chaos
 
 help:
 	@echo "make serve      run the service on 127.0.0.1:8000 with the default model"
 	@echo "make test       lint, type-check and run every test"
+	@echo "make lock       re-resolve the newest allowed versions into $(LOCK)"
 	@echo "make model      build the default model into $(MODEL_DIR)"
 	@echo "make model-full the default model's longer recipe (about an hour; meets the accuracy targets), same folder"
 	@echo "make model-multilingual  Chinese + English model (multilingual-e5-small) into $(MULTILINGUAL_DIR)"
@@ -65,12 +72,30 @@ help:
 	@echo "make gpu-bundle pack Ray Serve + web stack (Python 3.12) into .gpu-bundle for a GPU box"
 	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard $(LOCK))
+	$(if $(WITH_LOCK),,@echo "no $(LOCK): installing the newest versions pyproject.toml allows")
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q $(WITH_LOCK) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q $(WITH_LOCK) -e ".[dev]"
 	touch $@
+
+# Resolve afresh, in a scratch venv, the newest versions pyproject.toml allows, and write them
+# as this Python's lock. Then `make test` and commit the lock with what it changed.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --upgrade pip
+	.venv-lock/bin/python -m pip install -q "$(TORCH_SPEC)"
+	.venv-lock/bin/python -m pip install -q -e ".[dev]"
+	mkdir -p constraints
+	{ echo "# The versions \`make test\` passed with on Python $(PY_VERSION), written by \`make lock\`: \`make install\`"; \
+	  echo "# and the image install with them, so a release made after the lock cannot change a fresh install."; \
+	  echo "# torch is left out: TORCH_SPEC (Makefile) and TORCH_VERSION (Dockerfile) pick its build."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | grep -v -i '^torch=='; \
+	} > $(LOCK)
+	rm -rf .venv-lock
+	@echo "wrote $(LOCK); run make test before committing it"
 
 install: $(STAMP)
 
@@ -218,4 +243,4 @@ gpu-bench:
 	$(PYTHON) -m loadtest.gpubench --bundle $(GPU_BUNDLE) --out $(GPU_BENCH_OUT) $(GPU_BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) .venv-lock .pytest_cache .mypy_cache .ruff_cache build *.egg-info

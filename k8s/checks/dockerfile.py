@@ -66,6 +66,7 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
                 report.fail(
                     "dockerfile", f"RayService rayVersion {wanted} != image Ray {ray_version}"
                 )
+        _check_lock(root, text, py, ray_version, report)
     torch = re.search(r"^ARG\s+TORCH_VERSION=(\S+)", text, re.M)
     if torch is None:
         report.fail("dockerfile", "no ARG TORCH_VERSION=<version>")
@@ -126,6 +127,20 @@ def _check_dockerignore(root: Path, dockerfile: str, report: Report) -> None:
                     included = pattern.startswith("!")
             if not included:
                 report.fail("dockerfile", f"COPY {source}: excluded by .dockerignore")
+
+
+def _check_lock(root: Path, dockerfile: str, py: str, ray_version: str, report: Report) -> None:
+    """The image installs the package with the lock of its Python, which pins the image's Ray."""
+    lock = f"constraints/py{py}.txt"
+    if not (root / lock).is_file():
+        report.fail("dockerfile", f"no {lock} for the image's Python {py} (make lock)")
+        return
+    if not re.search(rf'pip install[^\n]*-c {re.escape(lock)}[^\n]*"\./\[loadtest\]"', dockerfile):
+        report.fail("dockerfile", f"the package must be installed with its lock: -c {lock}")
+    pinned = re.search(r"^ray==(\S+)$", (root / lock).read_text(encoding="utf-8"), re.M)
+    if pinned is None or pinned.group(1) != ray_version:
+        found = pinned.group(1) if pinned else "no Ray"
+        report.fail("dockerfile", f"{lock} pins {found}, the image has Ray {ray_version}")
 
 
 def _in_range(check: str, what: str, version: str, requirement: str, report: Report) -> None:

@@ -11,7 +11,15 @@ from k8s.checks.loadtest_sync import LOADTEST_CONFIGMAP, loadtest_configmap, loa
 from k8s.checks.schemas import SCHEMAS_ENV, schemas_dir
 
 REPO = Path(__file__).resolve().parents[2]
-COPIED = ("k8s", "loadtest", "Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
+COPIED = (
+    "k8s",
+    "loadtest",
+    "constraints",
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "README.md",
+)
 # The ConfigMap's text by the loadtest files it is made of: dumping it as YAML takes ~0.2 s,
 # and every broken copy of a session starts from the same files.
 _CONFIGMAPS: dict[tuple[tuple[str, str], ...], str] = {}

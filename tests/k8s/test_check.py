@@ -452,6 +452,22 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str, tuple[str, ...
         ("dockerfile",),
     ),
     (
+        "dockerfile-without-lock",
+        "Dockerfile",
+        replace_text("-c constraints/py3.11.txt ", ""),
+        "dockerfile",
+        "installed with its lock: -c constraints/py3.11.txt",
+        ("dockerfile",),
+    ),
+    (
+        "lock-pins-another-ray",
+        "constraints/py3.11.txt",
+        replace_text("\nray==2.60.0\n", "\nray==2.61.0\n"),
+        "dockerfile",
+        "constraints/py3.11.txt pins 2.61.0, the image has Ray 2.60.0",
+        ("dockerfile",),
+    ),
+    (
         "dockerignore-drops-sources",
         ".dockerignore",
         replace_text("!training\n", ""),
