@@ -73,21 +73,18 @@ help:
 	@echo "make gpu-bench  on a GPU machine (no venv, no network): the sizing run -> $(GPU_BENCH_OUT)"
 
 $(STAMP): pyproject.toml $(wildcard $(LOCK))
-	$(if $(WITH_LOCK),,@echo "no $(LOCK): installing the newest versions pyproject.toml allows")
+	$(if $(wildcard $(LOCK)),,@echo "no $(LOCK): installing the newest versions pyproject.toml allows")
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(WITH_LOCK) "$(TORCH_SPEC)"
 	$(PY) -m pip install -q $(WITH_LOCK) -e ".[dev]"
 	touch $@
 
-# Resolve afresh, in a scratch venv, the newest versions pyproject.toml allows, and write them
-# as this Python's lock. Then `make test` and commit the lock with what it changed.
+# Resolve afresh, in a scratch venv, the newest versions pyproject.toml allows (the install
+# above with no lock), and write them as this Python's lock. Then `make test` and commit it.
 lock:
 	rm -rf .venv-lock
-	$(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install -q --upgrade pip
-	.venv-lock/bin/python -m pip install -q "$(TORCH_SPEC)"
-	.venv-lock/bin/python -m pip install -q -e ".[dev]"
+	$(MAKE) --no-print-directory install VENV=.venv-lock WITH_LOCK=
 	mkdir -p constraints
 	{ echo "# The versions \`make test\` passed with on Python $(PY_VERSION), written by \`make lock\`: \`make install\`"; \
 	  echo "# and the image install with them, so a release made after the lock cannot change a fresh install."; \
