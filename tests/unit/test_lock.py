@@ -40,9 +40,10 @@ def requirements_closure(root: str, extras: set[str]) -> dict[NormalizedName, li
     walked: set[tuple[NormalizedName, frozenset[str]]] = set()
     while todo:
         name, wanted = todo.pop()
-        if (canonicalize_name(name), wanted) in walked:
+        key = (canonicalize_name(name), wanted)
+        if key in walked:
             continue
-        walked.add((canonicalize_name(name), wanted))
+        walked.add(key)
         for line in metadata.requires(name) or []:
             req = Requirement(line)
             if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
@@ -88,9 +89,9 @@ def installed(name: str) -> str:
 
 def test_this_venv_holds_the_locked_versions() -> None:
     differ = {
-        name: (pinned, installed(name))
+        name: (pinned, found)
         for name, pinned in read_lock(LOCK).items()
-        if installed(name) != pinned
+        if (found := installed(name)) != pinned
     }
     assert not differ, f"installed versions differ from {LOCK.name} (pinned, installed): {differ}"
 
