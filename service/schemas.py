@@ -21,6 +21,12 @@ from pydantic import (
 from service.errors import BadRequest, ValidationFailed
 
 BLANK_REASON = "text is empty or only whitespace, control or zero-width characters"
+# What pydantic's "unable to parse raw data as a unicode string" means for a string that JSON
+# decoded: the one way such a string can fail to be text.
+SURROGATE_REASON = (
+    "text is not valid Unicode: it holds half of a UTF-16 surrogate pair (a \\ud800-\\udfff "
+    "escape without its other half, e.g. an emoji cut in two)"
+)
 
 
 def is_blank(text: str) -> bool:
@@ -30,6 +36,19 @@ def is_blank(text: str) -> bool:
     if text.isprintable():  # the usual case: every character visible, or an ASCII space
         return text.isspace() or not text
     return not any(unicodedata.category(c)[0] in "LMNPS" for c in text)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """True when `text` holds half of a UTF-16 surrogate pair. JSON can carry one (`"\\ud83d"`,
+    an emoji cut in two by a client that truncates UTF-16 strings), but it is no Unicode
+    character: the request model refuses it, and the tokenizer would fail the request."""
+    if text.isprintable():  # surrogates are not printable: the usual text stops here
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _not_blank(text: str) -> str:
@@ -130,6 +149,10 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path or "body"
 
 
+def _reason(kind: str, message: str) -> str:
+    return SURROGATE_REASON if kind == "string_unicode" else message.removeprefix("Value error, ")
+
+
 def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyRequestBase:
     """Decode and validate a body: 400 for bytes/JSON problems, 422 with field and reason."""
     try:
@@ -151,7 +174,7 @@ def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyReque
         return model.model_validate(data)
     except ValidationError as exc:
         details = [
-            {"field": _field_path(e["loc"]), "reason": e["msg"].removeprefix("Value error, ")}
+            {"field": _field_path(e["loc"]), "reason": _reason(e["type"], e["msg"])}
             for e in exc.errors(include_url=False)
         ]
         raise ValidationFailed("request failed validation", details) from None
@@ -175,5 +198,7 @@ def plain_texts(raw: bytes, max_texts: int, max_chars: int) -> list[str] | None:
         return None
     for text in texts:
         if type(text) is not str or not 0 < len(text) <= max_chars or is_blank(text):
+            return None
+        if _has_lone_surrogate(text):
             return None
     return texts

@@ -28,6 +28,16 @@ def test_invisible_texts_are_422_with_field(main_app: Deployed, text: str) -> No
     assert detail["field"] == "texts[1]" and "zero-width" in detail["reason"]
 
 
+def test_half_a_surrogate_pair_is_422_with_field(main_app: Deployed) -> None:
+    # requests writes the lone surrogate as the JSON escape "\\ud83d", as a client that cut an
+    # emoji in two would; the tokenizer cannot read it, so it must not get that far.
+    response = main_app.classify({"texts": ["fine", "great \ud83d"]})
+    assert response.status_code == 422
+    [detail] = response.json()["error"]["details"]
+    assert detail["field"] == "texts[1]" and "surrogate pair" in detail["reason"]
+    assert main_app.classify({"text": "great \U0001f600"}).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("content_type", "data"),
     [("text/plain", '{"text": "great phone"}'), ("application/x-www-form-urlencoded", "text=x"),

@@ -151,6 +151,29 @@ def test_texts_with_something_visible_pass_both_checks(
     assert parse_request(raw, model).all_texts() == [text]
 
 
+# JSON escapes that decode to half a surrogate pair: an emoji cut in two, its halves swapped.
+LONE_SURROGATES = ["\\ud83d", "ok \\ude00", "\\ude00\\ud83d", "\\ud83d\\ud83d"]
+
+
+@pytest.mark.parametrize("escape", LONE_SURROGATES)
+def test_half_a_surrogate_pair_is_422_not_a_tokenizer_failure(
+    model: type[ClassifyRequestBase], escape: str
+) -> None:
+    raw = b'{"texts": ["fine", "' + escape.encode() + b'"]}'
+    # The fast check used to pass it, and the tokenizer then failed the request with a 500.
+    assert plain_texts(raw, max_texts=3, max_chars=10) is None
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(raw, model)
+    [detail] = info.value.details
+    assert detail["field"] == "texts[1]" and "surrogate pair" in detail["reason"]
+
+
+def test_a_whole_surrogate_pair_is_one_character(model: type[ClassifyRequestBase]) -> None:
+    raw = b'{"text": "ok \\ud83d\\ude00"}'
+    assert plain_texts(raw, max_texts=3, max_chars=10) == ["ok \U0001f600"]
+    assert parse_request(raw, model).all_texts() == ["ok \U0001f600"]
+
+
 @pytest.mark.parametrize("escape", [True, False])
 def test_the_character_limit_counts_characters_not_bytes(escape: bool) -> None:
     limit = 20_000
