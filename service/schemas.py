@@ -20,6 +20,9 @@ from pydantic import (
 
 from service.errors import BadRequest, ValidationFailed
 
+# A body with thousands of unknown fields or bad texts would otherwise get an answer several
+# times its own size, each detail saying the same.
+MAX_DETAILS = 20
 BLANK_REASON = "text is empty or only whitespace, control or zero-width characters"
 # What pydantic's "unable to parse raw data as a unicode string" means for a string that JSON
 # decoded: the one way such a string can fail to be text.
@@ -165,19 +168,31 @@ def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyReque
         raise BadRequest(f"body is not valid JSON: {exc.msg} at line {exc.lineno}") from None
     except RecursionError:
         raise BadRequest("body is not valid JSON: nested too deeply") from None
+    except ValueError:  # the one other refusal: an integer longer than Python reads
+        raise BadRequest("body holds an integer with too many digits to read") from None
     if not isinstance(data, dict):
         raise ValidationFailed(
             "body must be a JSON object",
-            [{"field": "body", "reason": f"expected an object, got {type(data).__name__}"}],
+            [{"field": "body", "reason": f"expected an object, got {_json_type(data)}"}],
         )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
         details = [
             {"field": _field_path(e["loc"]), "reason": _reason(e["type"], e["msg"])}
-            for e in exc.errors(include_url=False)
+            for e in errors[:MAX_DETAILS]
         ]
-        raise ValidationFailed("request failed validation", details) from None
+        message = "request failed validation"
+        if len(errors) > MAX_DETAILS:
+            message += f": {len(errors)} problems, the first {MAX_DETAILS} in details"
+        raise ValidationFailed(message, details) from None
+
+
+def _json_type(value: object) -> str:
+    """What JSON calls the type of a decoded value."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    return "null" if value is None else names.get(type(value), "a number")
 
 
 def plain_texts(raw: bytes, max_texts: int, max_chars: int) -> list[str] | None:

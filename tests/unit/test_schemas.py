@@ -37,7 +37,8 @@ def test_texts_and_text_forms(model: type[ClassifyRequestBase]) -> None:
         ({"text": "a", "texts": ["b"]}, "body", "exactly one of"),
         ({}, "body", "exactly one of"),
         ({"texts": ["a"], "lang": "en"}, "lang", "Extra inputs"),
-        ([1, 2], "body", "expected an object"),
+        ([1, 2], "body", "expected an object, got an array"),
+        (None, "body", "expected an object, got null"),
     ],
 )
 def test_invalid_bodies_name_field_and_reason(
@@ -52,14 +53,25 @@ def test_invalid_bodies_name_field_and_reason(
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [(b"{bad", "not valid JSON"), (b"\xff\xfe{}", "not valid UTF-8"), (b"", "not valid JSON")],
-)
+    [(b"{bad", "not valid JSON"), (b"\xff\xfe{}", "not valid UTF-8"), (b"", "not valid JSON"),
+     (b'{"text": ' + b"9" * 5000 + b"}", "too many digits")],
+)  # fmt: skip
 def test_undecodable_bodies_are_400(
     model: type[ClassifyRequestBase], raw: bytes, message: str
 ) -> None:
     with pytest.raises(BadRequest, match=message) as info:
         parse_request(raw, model)
     assert info.value.status == 400
+
+
+def test_a_body_with_thousands_of_problems_gets_a_short_answer(
+    model: type[ClassifyRequestBase],
+) -> None:
+    body = {"text": "ok"} | {f"field{i}": 1 for i in range(5000)}
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(json.dumps(body).encode(), model)
+    assert "5000 problems, the first 20" in info.value.body()["error"]["message"]
+    assert [d["field"] for d in info.value.details] == [f"field{i}" for i in range(20)]
 
 
 def test_limits_show_in_the_json_schema(model: type[ClassifyRequestBase]) -> None:
