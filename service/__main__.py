@@ -75,15 +75,13 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
-    from service import drain, lifecycle, reaper
+    from service import drain, lifecycle, reaper, startfail
 
     lifecycle.trim_background()  # read by Ray at import time, here and in its workers
     if settings.haproxy:
         lifecycle.use_haproxy()
     import ray
     from ray import serve
-
-    from service.deployment import app_for, model_app_name, tiers
 
     settings = settings.model_copy(update={"model_path": settings.model_path.resolve()})
     # Ray renices its workers to 15 so its own daemons stay responsive; for a service that is
@@ -105,20 +103,16 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         # server held them must not end that server's listeners when it exits.
         reaper.spawn(settings.port, settings.metrics_port)
     drain.clear(settings.app_name)  # a joined cluster may remember an earlier run's drain
-    if settings.layout == "colocated":
-        serve.run(app_for(settings), name=settings.app_name, route_prefix=settings.route_prefix)
-    else:
-        model_app, ingress_app = tiers(settings)
-        # Submitted together, their replicas start side by side: an ingress replica waits for
-        # the model in the background and answers 503 on /readyz until it has answered.
-        serve.run_many(
-            [
-                serve.RunTarget(model_app, name=model_app_name(settings), route_prefix=None),
-                serve.RunTarget(
-                    ingress_app, name=settings.app_name, route_prefix=settings.route_prefix
-                ),
-            ]
-        )
+    try:
+        _deploy(settings)
+    except RuntimeError:
+        failures = startfail.failed_deployments(serve.status())
+        if not failures:
+            raise
+        lines = "\n".join(f"  {line}" for line in failures)
+        print(f"error: the service did not start:\n{lines}", file=sys.stderr, flush=True)
+        _stop(settings)
+        return 1
     base = f"http://{settings.host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
     n = settings.num_replicas
@@ -149,6 +143,28 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     return 0
 
 
+def _deploy(settings: Settings) -> None:
+    """Deploy the service's applications and wait until they run (RuntimeError if not)."""
+    from ray import serve
+
+    from service.deployment import app_for, model_app_name, tiers
+
+    if settings.layout == "colocated":
+        serve.run(app_for(settings), name=settings.app_name, route_prefix=settings.route_prefix)
+        return
+    model_app, ingress_app = tiers(settings)
+    # Submitted together, their replicas start side by side: an ingress replica waits for
+    # the model in the background and answers 503 on /readyz until it has answered.
+    serve.run_many(
+        [
+            serve.RunTarget(model_app, name=model_app_name(settings), route_prefix=None),
+            serve.RunTarget(
+                ingress_app, name=settings.app_name, route_prefix=settings.route_prefix
+            ),
+        ]
+    )
+
+
 def _backend_line(settings: Settings) -> str:
     """What the replica serves with and why, as its /readyz says (a fallback to torch, e.g.
     where no parity was measured on this device, must not go unnoticed)."""
@@ -169,7 +185,6 @@ def _drain_and_stop(settings: Settings) -> None:
     """Stop without a moment of 404: the ingress answers 503 to new requests while those in
     flight finish (service/drain.py), HAProxy stops listening, then Serve and Ray stop.
     Deleting the applications first would remove the route while clients still send."""
-    import ray
     from ray import serve
 
     from service import drain, lifecycle
@@ -188,6 +203,16 @@ def _drain_and_stop(settings: Settings) -> None:
         # A soft stop: HAProxy closes its listener (new connections are refused, which a load
         # balancer retries elsewhere) and finishes the connections it holds.
         lifecycle.stop_listeners(settings.port, first=signal.SIGUSR1)
+    _stop(settings)
+
+
+def _stop(settings: Settings) -> None:
+    """Stop Serve and Ray, and any HAProxy left holding the port."""
+    import ray
+    from ray import serve
+
+    from service import lifecycle
+
     serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
     # A reloaded HAProxy can outlive Ray and keep the port; the next start could not bind it.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,3 +153,25 @@ def test_a_killed_server_leaves_nothing_listening(tiny_model_dir: Path, tmp_path
         with contextlib.suppress(ProcessLookupError):  # the group may be gone already
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def test_a_model_that_cannot_load_stops_the_command_with_the_reason(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The driver's checks pass (the files are there), the replica's load fails: the command
+    says why in one line, not Ray's "Failed to update the deployments", and frees its ports."""
+    broken = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # an interrupted copy
+    port, metrics_port = free_port(), free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "serve", "--model-path", str(broken)],
+        capture_output=True, text=True, env=serve_env(port, metrics_port), timeout=300,
+        start_new_session=True,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    reason = done.stderr.split("error: the service did not start:\n")[1].splitlines()[0]
+    assert reason.startswith("  SentimentIngress: SafetensorError: "), reason
+    assert "Traceback" not in done.stderr
+    assert listeners(port) == {} and listeners(metrics_port) == {}

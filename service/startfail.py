@@ -1,0 +1,32 @@
+"""Why the service did not start, in a line per deployment.
+
+A replica whose constructor raises (a backend this machine cannot run, a device it lacks) fails
+the deploy with Ray's "Failed to update the deployments [...]", while the reason sits at the
+end of a long traceback in the deployment's status; in the high-throughput mode replicas do
+not log to the terminal at all. The exception line is what an operator needs to read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+# "service.modeldir.ModelLoadError: ..." -> "ModelLoadError: ..."
+_QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?::|$))")
+
+
+def exception_line(message: str) -> str:
+    """The last line of a status message (the exception and its words), or the message."""
+    lines = [line.strip() for line in _COLOUR.sub("", message).splitlines() if line.strip()]
+    return _QUALIFIED.sub("", lines[-1]) if lines else message
+
+
+def failed_deployments(status: Any) -> list[str]:
+    """`deployment: reason` for each deployment that failed to start, from `serve.status()`."""
+    return [
+        f"{name}: {exception_line(deployment.message)}"
+        for app in status.applications.values()
+        for name, deployment in app.deployments.items()
+        if deployment.status == "DEPLOY_FAILED"
+    ]
