@@ -26,8 +26,36 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
+def _counts(text: str) -> list[int]:
+    """`1,8,32` -> [1, 8, 32]: a flag's whole numbers of at least 1, or a usage error."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers like 1,8,32, got {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected numbers of at least 1, got {text!r}")
+    return values
+
+
+def _count(text: str) -> int:
+    values = _counts(text)
+    if len(values) > 1:
+        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
+    return values[0]
+
+
+def _size(text: str) -> int:
+    from service.probe import parse_size
+
+    try:
+        size = parse_size(text)
+    except (ValueError, OverflowError):  # "12XB", "inf GiB"
+        size = 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"expected a size like 16GiB, 512MiB or 2GB, got {text!r}")
+    return size
 
 
 def run_probe(settings: Settings, args: argparse.Namespace) -> int:
@@ -55,13 +83,16 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     base = probe.measure_cell(model, 1, 8, 1).peak_bytes  # model, runtime, one tiny forward
     cells = probe.run_grid(
-        model, _ints(args.batch_sizes), _ints(args.lengths), args.repeats, args.max_cell_tokens
+        model, args.batch_sizes, args.lengths, args.repeats, args.max_cell_tokens
     )
-    limit = (
-        probe.parse_size(args.memory_limit)
-        if args.memory_limit
-        else probe.available_memory(model.device)
-    )
+    if not cells:
+        print(
+            f"error: no batch x length cell is within --max-cell-tokens {args.max_cell_tokens}"
+            " (padded tokens): raise it, or give smaller --batch-sizes or --lengths",
+            file=sys.stderr,
+        )
+        return 2
+    limit = args.memory_limit or probe.available_memory(model.device)
     advice = probe.advise(cells, limit, base, args.typical_length)
     where = f"{model.name}, {dtype_name(model.dtype)} on {model.device}, {model.backend_name}"
     print(probe.format_report(cells, advice, where, args.typical_length))
@@ -243,12 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--model-path", help="model directory (default: SENTIMENT_MODEL_PATH)")
     probe.add_argument("--device", help="auto, cpu or cuda (default: SENTIMENT_DEVICE)")
     probe.add_argument("--dtype", help="auto, float32, float16, bfloat16")
-    probe.add_argument("--batch-sizes", default="1,8,32,128", help="comma-separated rows")
-    probe.add_argument("--lengths", default="16,64,128,256", help="comma-separated tokens")
-    probe.add_argument("--repeats", type=int, default=2, help="timed forwards per cell")
-    probe.add_argument("--max-cell-tokens", type=int, default=16384, help="skip bigger cells")
-    probe.add_argument("--memory-limit", help="e.g. 16GiB (default: GPU size or free RAM)")
-    probe.add_argument("--typical-length", type=int, default=64, help="tokens of a usual text")
+    probe.add_argument(
+        "--batch-sizes", type=_counts, default="1,8,32,128", help="comma-separated rows"
+    )
+    probe.add_argument(
+        "--lengths", type=_counts, default="16,64,128,256", help="comma-separated tokens"
+    )
+    probe.add_argument("--repeats", type=_count, default=2, help="timed forwards per cell")
+    probe.add_argument("--max-cell-tokens", type=_count, default=16384, help="skip bigger cells")
+    probe.add_argument(
+        "--memory-limit", type=_size, help="e.g. 16GiB (default: GPU size or free RAM)"
+    )
+    probe.add_argument("--typical-length", type=_count, default=64, help="tokens of a usual text")
     probe.add_argument("--json", help="also write the grid and advice to this file")
     probe.add_argument("--backend", help="torch, onnx, onnx-int8, tensorrt or auto")
     export = sub.add_parser("export", help="ONNX copies of the weights (ONNX Runtime, TensorRT)")

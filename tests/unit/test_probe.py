@@ -63,3 +63,32 @@ def test_sizes_parse_with_units() -> None:
     assert parse_size("512MiB") == 512 * 2**20
     assert parse_size("2GB") == 2 * 10**9
     assert parse_size("1024") == 1024
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--batch-sizes", "1,x"], "--batch-sizes: expected whole numbers like 1,8,32"),
+        (["--lengths", "0"], "--lengths: expected numbers of at least 1"),
+        (["--repeats", "0"], "--repeats: expected numbers of at least 1"),
+        (["--repeats", "1,2"], "--repeats: expected one number"),
+        (["--typical-length", "0"], "--typical-length: expected numbers of at least 1"),
+        (["--memory-limit", "12XB"], "--memory-limit: expected a size like 16GiB"),
+        (["--memory-limit", "inf GiB"], "--memory-limit: expected a size like 16GiB"),
+    ],
+)
+def test_bad_probe_flags_are_usage_errors_naming_the_flag(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str], flags: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["probe", "--model-path", str(tiny_model_dir), *flags])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_grid_with_no_cell_under_the_cap_says_so(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["probe", "--model-path", str(tiny_model_dir), "--max-cell-tokens", "4"]
+    assert main([*argv, "--batch-sizes", "8", "--lengths", "32"]) == 2
+    assert "no batch x length cell is within --max-cell-tokens 4" in capsys.readouterr().err
