@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.auth import ApiKeys, KeysFileError
+from service.cliargs import count, counts, size
 from service.envcheck import settings_errors, unknown_variables
 from service.local import local_layout, local_threads
 from service.model import ModelLoadError, check_model_dir
@@ -24,38 +25,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys += ["layout"]
     keys += ["device", "dtype", "backend"]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-
-
-def _counts(text: str) -> list[int]:
-    """`1,8,32` -> [1, 8, 32]: a flag's whole numbers of at least 1, or a usage error."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected whole numbers like 1,8,32, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected numbers of at least 1, got {text!r}")
-    return values
-
-
-def _count(text: str) -> int:
-    values = _counts(text)
-    if len(values) > 1:
-        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
-    return values[0]
-
-
-def _size(text: str) -> int:
-    from service.probe import parse_size
-
-    try:
-        size = parse_size(text)
-    except (ValueError, OverflowError):  # "12XB", "inf GiB"
-        size = 0
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"expected a size like 16GiB, 512MiB or 2GB, got {text!r}")
-    return size
 
 
 def run_probe(settings: Settings, args: argparse.Namespace) -> int:
@@ -275,17 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--device", help="auto, cpu or cuda (default: SENTIMENT_DEVICE)")
     probe.add_argument("--dtype", help="auto, float32, float16, bfloat16")
     probe.add_argument(
-        "--batch-sizes", type=_counts, default="1,8,32,128", help="comma-separated rows"
+        "--batch-sizes", type=counts, default="1,8,32,128", help="comma-separated rows"
     )
     probe.add_argument(
-        "--lengths", type=_counts, default="16,64,128,256", help="comma-separated tokens"
+        "--lengths", type=counts, default="16,64,128,256", help="comma-separated tokens"
     )
-    probe.add_argument("--repeats", type=_count, default=2, help="timed forwards per cell")
-    probe.add_argument("--max-cell-tokens", type=_count, default=16384, help="skip bigger cells")
+    probe.add_argument("--repeats", type=count, default=2, help="timed forwards per cell")
+    probe.add_argument("--max-cell-tokens", type=count, default=16384, help="skip bigger cells")
     probe.add_argument(
-        "--memory-limit", type=_size, help="e.g. 16GiB (default: GPU size or free RAM)"
+        "--memory-limit", type=size, help="e.g. 16GiB (default: GPU size or free RAM)"
     )
-    probe.add_argument("--typical-length", type=_count, default=64, help="tokens of a usual text")
+    probe.add_argument("--typical-length", type=count, default=64, help="tokens of a usual text")
     probe.add_argument("--json", help="also write the grid and advice to this file")
     probe.add_argument("--backend", help="torch, onnx, onnx-int8, tensorrt or auto")
     export = sub.add_parser("export", help="ONNX copies of the weights (ONNX Runtime, TensorRT)")

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from service.cliargs import count, ranged, whole
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.loop import TrainConfig
 from training.pipeline import RunSpec, fine_tune
@@ -19,6 +20,10 @@ from training.probecli import add_probe_parser, run_probe
 from training.strategy import STRATEGIES, SetupError
 
 _DEFAULTS = TrainConfig()
+_FRACTION = ranged(lambda v: 0 < v < 1, "in (0, 1)")
+_SHARE = ranged(lambda v: 0 <= v <= 1, "in [0, 1]")
+_POSITIVE = ranged(lambda v: v > 0, "above 0")
+_NOT_NEGATIVE = ranged(lambda v: v >= 0, "of at least 0")
 
 
 def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,16 +43,16 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
     p.add_argument("--out", type=Path, required=True, help="model directory to write")
-    p.add_argument("--test-fraction", type=float, default=0.1)
-    p.add_argument("--epochs", type=int, default=_DEFAULTS.epochs)
-    p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (0: use --epochs)")
-    p.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size, help="per process")
-    p.add_argument("--grad-accum", type=int, default=_DEFAULTS.grad_accum)
-    p.add_argument("--lr", type=float, default=_DEFAULTS.lr)
-    p.add_argument("--warmup-ratio", type=float, default=_DEFAULTS.warmup_ratio)
-    p.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay)
-    p.add_argument("--max-grad-norm", type=float, default=_DEFAULTS.max_grad_norm)
-    p.add_argument("--max-length", type=int, default=128, help="tokens per text")
+    p.add_argument("--test-fraction", type=_FRACTION, default=0.1)
+    p.add_argument("--epochs", type=count, default=_DEFAULTS.epochs)
+    p.add_argument("--max-steps", type=whole, default=0, help="optimizer steps (0: use --epochs)")
+    p.add_argument("--batch-size", type=count, default=_DEFAULTS.batch_size, help="per process")
+    p.add_argument("--grad-accum", type=count, default=_DEFAULTS.grad_accum)
+    p.add_argument("--lr", type=_POSITIVE, default=_DEFAULTS.lr)
+    p.add_argument("--warmup-ratio", type=_SHARE, default=_DEFAULTS.warmup_ratio)
+    p.add_argument("--weight-decay", type=_NOT_NEGATIVE, default=_DEFAULTS.weight_decay)
+    p.add_argument("--max-grad-norm", type=_POSITIVE, default=_DEFAULTS.max_grad_norm)
+    p.add_argument("--max-length", type=count, default=128, help="tokens per text")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="split, init and order")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
     p.add_argument("--strategy", choices=STRATEGIES, default="ddp", help="fsdp shards (torchrun)")
@@ -55,10 +60,10 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--gradient-checkpointing", action="store_true", help="recompute activations: less memory"
     )
     p.add_argument("--freeze-embeddings", action="store_true", help="faster on CPU")
-    p.add_argument("--freeze-layers", type=int, default=0, help="freeze N lowest layers")
+    p.add_argument("--freeze-layers", type=whole, default=0, help="freeze N lowest layers")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    p.add_argument("--checkpoint-every", type=int, default=500, help="steps (0: epoch ends)")
+    p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
+    p.add_argument("--checkpoint-every", type=whole, default=500, help="steps (0: epoch ends)")
     p.add_argument("--resume", type=Path, help="checkpoint directory (OUT/checkpoint)")
     p.add_argument("--keep-checkpoint", action="store_true")
 
@@ -87,13 +92,15 @@ def _multilingual_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--out", type=Path, default=Path("models/multilingual"))
     p.add_argument("--data-dir", type=Path, default=Path("data"), help="download cache")
     p.add_argument("--force", action="store_true", help="rebuild even when current")
-    p.add_argument("--max-steps", type=int, default=0, help="override the step budget (0: recipe)")
+    p.add_argument(
+        "--max-steps", type=whole, default=0, help="override the step budget (0: recipe)"
+    )
     p.add_argument(
         "--retrain-snownlp",
         action="store_true",
         help="also retrain snownlp's Naive Bayes on the training split (slow: ~0.1 s a review)",
     )
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
 
 
 def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,14 +115,14 @@ def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     model.add_argument(
         "--synthetic-bert-base", action="store_true", help="BERT-base size, random weights"
     )
-    p.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
-    p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
-    p.add_argument("--batch-size", type=int, default=32, help="per process and micro-step")
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per row")
+    p.add_argument("--steps", type=count, default=30, help="timed optimizer steps")
+    p.add_argument("--warmup-steps", type=whole, default=3, help="untimed steps first")
+    p.add_argument("--batch-size", type=count, default=32, help="per process and micro-step")
+    p.add_argument("--grad-accum", type=count, default=1)
+    p.add_argument("--seq-len", type=count, default=128, help="tokens per row")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file")
 
 

@@ -31,7 +31,7 @@ from training.distributed import barrier as barrier
 from training.distributed import setup_distributed as setup_distributed
 from training.distributed import teardown_distributed as teardown_distributed
 from training.optim import freeze, linear_warmup_decay, make_optimizer, resolve_amp
-from training.strategy import make_strategy
+from training.strategy import SetupError, make_strategy
 
 
 @dataclass
@@ -122,14 +122,14 @@ def train(
     if resume is not None:
         state = load_checkpoint(resume, mmap=strategy.name == "fsdp")
         if state["num_train"] != len(train_ds) or state["world_size"] != ctx.world_size:
-            raise ValueError(
+            raise SetupError(
                 f"checkpoint {resume} was made with {state['num_train']} rows on "
                 f"{state['world_size']} process(es); this run has {len(train_ds)} on "
                 f"{ctx.world_size}"
             )
         made_with = state.get("strategy", "ddp")
         if made_with != strategy.name:  # the optimizer state is keyed differently
-            raise ValueError(
+            raise SetupError(
                 f"checkpoint {resume} was made with --strategy {made_with}; resume with it"
             )
         strategy.load(model, optimizer, state["model"], state["optimizer"])

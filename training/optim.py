@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from training.strategy import SetupError
+
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for full precision. `auto` is bf16/fp16 on CUDA, off on CPU."""
@@ -18,9 +20,9 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
         return torch.bfloat16
     if amp == "fp16":
         if device.type != "cuda":
-            raise ValueError("--amp fp16 needs a CUDA GPU; use bf16 or off on the CPU")
+            raise SetupError("--amp fp16 needs a CUDA GPU; use bf16 or off on the CPU")
         return torch.float16
-    raise ValueError(f"unknown --amp {amp!r}; use auto, bf16, fp16 or off")
+    raise SetupError(f"unknown --amp {amp!r}; use auto, bf16, fp16 or off")
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -55,7 +57,14 @@ def freeze(model: torch.nn.Module, embeddings: bool, layers: int) -> None:
     base = getattr(model, "base_model", model)
     blocks = getattr(getattr(base, "encoder", None), "layer", None)
     if not isinstance(blocks, torch.nn.ModuleList) or layers > len(blocks):
-        raise ValueError(f"cannot freeze {layers} layers: the encoder has no such layer list")
+        raise SetupError(
+            f"cannot freeze {layers} layers: the encoder has "
+            + (
+                f"{len(blocks)} layers"
+                if isinstance(blocks, torch.nn.ModuleList)
+                else "no layer list"
+            )
+        )
     stem = getattr(base, "embeddings", None)
     if isinstance(stem, torch.nn.Module):
         stem.requires_grad_(False)

@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from service.cliargs import count, counts, one_of_each, size, whole
+
+AMP_VALUES = ("off", "auto", "bf16", "fp16")  # training/optim.py's resolve_amp
 DEFAULTS = {
     # batch sizes, lengths, AMP values, largest point (tokens per process and step)
     "cpu": ("1,4", "32,128", "off,bf16", 512),
@@ -36,15 +39,30 @@ def add_probe_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--config", choices=["bert-base", "bert-large"], help="random weights (default bert-base)"
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--batch-sizes", help="per process, comma-separated (CPU 1,4; GPU 8..128)")
-    p.add_argument("--lengths", help="tokens, comma-separated (CPU 32,128; GPU 128,256,512)")
-    p.add_argument("--amp", help="comma-separated off/auto/bf16/fp16 (CPU off,bf16; GPU off,auto)")
-    p.add_argument("--checkpointing", default="off,on", help="activation checkpointing values")
+    p.add_argument(
+        "--batch-sizes", type=counts, help="per process, comma-separated (CPU 1,4; GPU 8..128)"
+    )
+    p.add_argument(
+        "--lengths", type=counts, help="tokens, comma-separated (CPU 32,128; GPU 128,256,512)"
+    )
+    p.add_argument(
+        "--amp",
+        type=one_of_each(*AMP_VALUES),
+        help="comma-separated off/auto/bf16/fp16 (CPU off,bf16; GPU off,auto)",
+    )
+    p.add_argument(
+        "--checkpointing",
+        type=one_of_each("off", "on"),
+        default="off,on",
+        help="activation checkpointing values",
+    )
     p.add_argument("--strategies", help="ddp and/or fsdp (default: both under torchrun)")
-    p.add_argument("--steps", type=int, default=2, help="steps per point (the last is timed)")
-    p.add_argument("--max-cell-tokens", type=int, help="skip bigger points (CPU default 512)")
-    p.add_argument("--memory-limit", help="e.g. 40GiB (default: the GPU's size or free RAM)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--steps", type=count, default=2, help="steps per point (the last is timed)")
+    p.add_argument("--max-cell-tokens", type=count, help="skip bigger points (CPU default 512)")
+    p.add_argument(
+        "--memory-limit", type=size, help="e.g. 40GiB (default: the GPU's size or free RAM)"
+    )
+    p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--json", type=Path, help="also write cells and advice to this file")
 
 
@@ -94,21 +112,17 @@ def run_probe(args: argparse.Namespace) -> int:
                 raise SetupError(f"unknown strategy {name!r}; use {', '.join(STRATEGIES)}")
         if "fsdp" in strategies and not ctx.distributed:
             raise SetupError("fsdp needs several processes: run the probe under torchrun")
-        limit = (
-            probereport.parse_size(args.memory_limit)
-            if args.memory_limit
-            else _available_memory(ctx.device)
-        )
+        limit = args.memory_limit or _available_memory(ctx.device)
         settings = [
             memprobe.Setting(strategy, amp, ckpt == "on")
             for strategy in strategies
-            for amp in _items(args.amp or amps)
-            for ckpt in _items(args.checkpointing)
+            for amp in args.amp or _items(amps)
+            for ckpt in args.checkpointing
         ]
         grid = memprobe.Grid(
             settings=settings,
-            batches=[int(b) for b in _items(args.batch_sizes or batches)],
-            lengths=[int(n) for n in _items(args.lengths or lengths)],
+            batches=args.batch_sizes or counts(batches),
+            lengths=args.lengths or counts(lengths),
             steps=max(2, args.steps),
             max_cell_tokens=args.max_cell_tokens or cap,
             usable_bytes=int(limit * probereport.HEADROOM),

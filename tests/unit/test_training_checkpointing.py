@@ -81,3 +81,23 @@ def test_fsdp_without_torchrun_is_a_clear_error(tiny_model_dir: Path, tmp_path: 
     data = write_csv(tmp_path / "reviews.csv", make_examples(40, seed=6))
     args = ["train", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(tmp_path)]
     assert main([*args, "--strategy", "fsdp", "--max-steps", "1"]) == 2
+
+
+def test_bad_training_flags_stop_before_any_work(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Usage errors naming the flag (a zero --grad-accum divided by zero in the loop), and
+    a model that cannot do what a flag asks is an error line, not a traceback."""
+    from training.__main__ import main
+
+    data = write_csv(tmp_path / "reviews.csv", make_examples(40, seed=6))
+    out = tmp_path / "out"
+    args = ["train", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out)]
+    for flag, value in [("--grad-accum", "0"), ("--test-fraction", "1"), ("--lr", "-1")]:
+        with pytest.raises(SystemExit) as info:
+            main([*args, flag, value])
+        assert info.value.code == 2
+        assert f"argument {flag}: expected" in capsys.readouterr().err
+    assert main([*args, "--freeze-layers", "99", "--max-steps", "1"]) == 2
+    assert "cannot freeze 99 layers: the encoder has 2 layers" in capsys.readouterr().err
+    assert not (out / "config.json").exists()
