@@ -14,6 +14,12 @@ class ModelLoadError(RuntimeError):
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 
 
+def has_tokenizer_files(path: Path) -> bool:
+    """Whether `path` holds a vocabulary. Without one, transformers still builds a tokenizer,
+    of the special tokens alone: every word would read as unknown."""
+    return any(path.glob("tokenizer*.json")) or (path / "vocab.txt").is_file()
+
+
 def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
     """Fail with a readable message when `path` is not a usable model directory, or when its
     only weights are pickle files and `allow_pickle` is off (unpickling can run any code)."""
@@ -24,7 +30,7 @@ def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
             "`make model`, or set SENTIMENT_MODEL_PATH to a Hugging Face "
             "sequence-classification model directory."
         )
-    if not any(path.glob("tokenizer*.json")) and not (path / "vocab.txt").is_file():
+    if not has_tokenizer_files(path):
         raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json or vocab.txt)")
     id2label = json.loads(config.read_text()).get("id2label")
     if not id2label:

@@ -15,7 +15,7 @@ from pathlib import Path
 from service.cliargs import count, ranged, whole
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.loop import TrainConfig
-from training.pipeline import RunSpec, fine_tune
+from training.pipeline import RunSpec, check_encoder_dir, fine_tune
 from training.probecli import add_probe_parser, run_probe
 from training.strategy import STRATEGIES, SetupError
 
@@ -161,6 +161,14 @@ def _throughput(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(out: Path) -> None:
+    """Fail now, not after training, when the model directory cannot be made."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SetupError(f"--out {out}: cannot make a directory there ({exc.strerror})") from None
+
+
 def _train(args: argparse.Namespace) -> int:
     examples, stats = clean(load_examples(args.data, args.text_column, args.label_column))
     if args.test_data:
@@ -199,6 +207,8 @@ def _train(args: argparse.Namespace) -> int:
         ],
         extra={"split": {"test_fraction": args.test_fraction, "seed": args.seed}},
     )
+    check_encoder_dir(args.model)
+    _check_out(args.out)
     fine_tune(spec, train, test, stats)
     return 0
 

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from service.modeldir import has_tokenizer_files
 from training.batches import TokenizedDataset, encode_texts
 from training.card import render_card
 from training.data import LABEL_NAMES, CleanStats, Example, check_both_labels
@@ -33,7 +34,7 @@ from training.loop import (
     teardown_distributed,
     train,
 )
-from training.strategy import servable_model
+from training.strategy import SetupError, servable_model
 
 ID2LABEL = dict(enumerate(LABEL_NAMES))
 LABEL2ID = {name: i for i, name in ID2LABEL.items()}
@@ -102,18 +103,30 @@ def describe_hardware(ctx: DistContext) -> str:
     )
 
 
+def check_encoder_dir(path: Path) -> None:
+    """Fail with what is missing when `path` is not a local encoder directory."""
+    if not (path / "config.json").is_file():
+        raise SetupError(f"--model {path}: no config.json there (a local encoder directory)")
+    if not has_tokenizer_files(path):
+        raise SetupError(f"--model {path}: no tokenizer files there (tokenizer.json or vocab.txt)")
+
+
 def load_for_training(path: Path) -> tuple[PreTrainedModel, Any]:
     """Load an encoder (with or without a classification head) as a two-label classifier."""
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path,
-        local_files_only=True,
-        num_labels=2,
-        id2label=ID2LABEL,
-        label2id=LABEL2ID,
-        ignore_mismatched_sizes=True,  # an existing head with other labels is replaced
-        dtype=torch.float32,  # train in FP32 weights; autocast handles mixed precision
-    )
+    check_encoder_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path,
+            local_files_only=True,
+            num_labels=2,
+            id2label=ID2LABEL,
+            label2id=LABEL2ID,
+            ignore_mismatched_sizes=True,  # an existing head with other labels is replaced
+            dtype=torch.float32,  # train in FP32 weights; autocast handles mixed precision
+        )
+    except (OSError, ValueError) as exc:  # no tokenizer files, weights cut short, ...
+        raise SetupError(f"--model {path}: cannot load it: {exc}") from exc
     return model, tokenizer
 
 

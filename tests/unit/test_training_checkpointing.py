@@ -1,7 +1,9 @@
-"""Activation checkpointing changes memory, not results; bad strategy setups fail clearly."""
+"""Activation checkpointing changes memory, not results; bad setups (strategy, flags, model
+and output directories) fail clearly, before any training."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +103,27 @@ def test_bad_training_flags_stop_before_any_work(
     assert main([*args, "--freeze-layers", "99", "--max-steps", "1"]) == 2
     assert "cannot freeze 99 layers: the encoder has 2 layers" in capsys.readouterr().err
     assert not (out / "config.json").exists()
+
+
+def test_a_model_or_out_directory_that_cannot_serve_stops_before_training(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without vocabulary files transformers builds a tokenizer of the special tokens alone,
+    and training went on with every word unknown; an --out that cannot be made failed only
+    once training was done."""
+    from training.__main__ import main
+
+    data = write_csv(tmp_path / "reviews.csv", make_examples(40, seed=6))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_dir / name, bare / name)
+    out = tmp_path / "out"
+    train = ["train", "--data", str(data), "--max-steps", "1"]
+    assert main([*train, "--model", str(bare), "--out", str(out)]) == 2
+    assert "no tokenizer files there" in capsys.readouterr().err
+    assert not out.exists()
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    assert main([*train, "--model", str(tiny_model_dir), "--out", str(taken)]) == 2
+    assert f"--out {taken}: cannot make a directory there" in capsys.readouterr().err
