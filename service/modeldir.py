@@ -14,10 +14,16 @@ class ModelLoadError(RuntimeError):
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 
 
+# A tokenizer_config.json alone is not a vocabulary.
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model")
+
+
 def has_tokenizer_files(path: Path) -> bool:
     """Whether `path` holds a vocabulary. Without one, transformers still builds a tokenizer,
     of the special tokens alone: every word would read as unknown."""
-    return any(path.glob("tokenizer*.json")) or (path / "vocab.txt").is_file()
+    return any((path / name).is_file() for name in VOCABULARY_FILES) or any(
+        path.glob("sentencepiece*.model")
+    )
 
 
 def check_model_dir(path: Path, allow_pickle: bool = False) -> None:

@@ -61,6 +61,18 @@ def test_directory_without_labels_is_refused(tiny_model_dir: Path, tmp_path: Pat
         SentimentModel.load(broken, device="cpu")
 
 
+def test_directory_without_vocabulary_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """transformers would build a tokenizer of the special tokens alone from the config."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer_config.json"):
+        shutil.copy(tiny_model_dir / name, bare / name)
+    with pytest.raises(ModelLoadError, match="no tokenizer files"):
+        check_model_dir(bare)
+    shutil.copy(tiny_model_dir / "tokenizer.json", bare / "tokenizer.json")
+    check_model_dir(bare)
+
+
 def test_dtype_auto_is_fp16_on_gpu_fp32_on_cpu() -> None:
     assert resolve_dtype("auto", torch.device("cuda")) == torch.float16
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
