@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service import startfail
 from service.auth import ApiKeys, KeysFileError
 from service.cliargs import count, counts, size
 from service.envcheck import settings_errors, unknown_variables
@@ -75,7 +76,7 @@ def run_probe(settings: Settings, args: argparse.Namespace) -> int:
 
 def serve_forever(settings: Settings, address: str | None) -> int:
     """Start Ray (or join `address`), deploy, print where things are, wait for a signal."""
-    from service import drain, lifecycle, reaper, startfail
+    from service import drain, lifecycle, reaper
 
     lifecycle.trim_background()  # read by Ray at import time, here and in its workers
     if settings.haproxy:
@@ -91,7 +92,11 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     settings = settings.model_copy(update={"layout": local_layout(settings)})
     settings = settings.model_copy(update={"torch_threads": local_threads(settings)})
     if address:
-        ray.init(address=address)
+        try:
+            ray.init(address=address)
+        except ConnectionError as exc:  # something answers there, but not a Ray cluster
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     else:
         # "local" always starts a fresh instance rather than joining one found on the machine.
         ray.init(
@@ -289,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         from service.export import run_export
 
         return run_export(settings, args.format, args.quantize, args.force, args.calibration)
+    if args.address and (why := startfail.unreachable(args.address)):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     return serve_forever(settings, args.address)
 
 

@@ -1,6 +1,8 @@
-"""Why the service did not start, in a line per deployment.
+"""Why the service cannot start or did not: a Ray address nothing answers at, and a line per
+deployment that failed.
 
-A replica whose constructor raises (a backend this machine cannot run, a device it lacks) fails
+Ray retries an address it cannot reach for minutes before it raises. A replica whose
+constructor raises (a backend this machine cannot run, a device it lacks) fails
 the deploy with Ray's "Failed to update the deployments [...]", while the reason sits at the
 end of a long traceback in the deployment's status; in the high-throughput mode replicas do
 not log to the terminal at all. The exception line is what an operator needs to read.
@@ -9,6 +11,7 @@ not log to the terminal at all. The exception line is what an operator needs to 
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
@@ -30,3 +33,16 @@ def failed_deployments(status: Any) -> list[str]:
         for name, deployment in app.deployments.items()
         if deployment.status == "DEPLOY_FAILED"
     ]
+
+
+def unreachable(address: str) -> str | None:
+    """Why nothing can be joined at a `host:port` address, found in seconds; None when it
+    answers, or for addresses Ray resolves itself ("auto", "ray://...")."""
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return None
+    except OSError as exc:
+        return f"no Ray cluster answers at {address} ({exc.strerror or exc})"

@@ -1,10 +1,16 @@
-"""A failed deployment's status message, cut to the exception line an operator needs."""
+"""Why serve cannot start: an address nothing answers at, found in seconds; a failed
+deployment's status message, cut to the exception line an operator needs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
-from service.startfail import exception_line, failed_deployments
+import pytest
+
+from service.__main__ import main
+from service.startfail import exception_line, failed_deployments, unreachable
+from tests.net import free_port
 
 RAY_MESSAGE = (
     "The deployment failed to start 3 times in a row. See controller logs for details. Error:\n"
@@ -45,3 +51,14 @@ def test_only_failed_deployments_are_named() -> None:
     assert failed_deployments(status) == [
         "SentimentModel: ModelLoadError: device 'cuda' was asked for but no CUDA GPU is visible"
     ]
+
+
+def test_an_address_nothing_answers_at_stops_serve_at_once(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ray would retry it for minutes; nothing of Ray starts."""
+    address = f"127.0.0.1:{free_port()}"
+    assert unreachable(address) == f"no Ray cluster answers at {address} (Connection refused)"
+    assert main(["serve", "--model-path", str(tiny_model_dir), "--address", address]) == 2
+    assert f"error: no Ray cluster answers at {address}" in capsys.readouterr().err
+    assert unreachable("auto") is None and unreachable("ray://head:10001") is None
