@@ -15,6 +15,7 @@ from pathlib import Path
 from service.cliargs import count, ranged, whole
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.loop import TrainConfig
+from training.optim import AMP_MODES
 from training.pipeline import RunSpec, check_encoder_dir, fine_tune
 from training.probecli import add_probe_parser, run_probe
 from training.strategy import STRATEGIES, SetupError
@@ -54,7 +55,7 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-grad-norm", type=_POSITIVE, default=_DEFAULTS.max_grad_norm)
     p.add_argument("--max-length", type=count, default=128, help="tokens per text")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="split, init and order")
-    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
+    p.add_argument("--amp", choices=AMP_MODES, default="auto")
     p.add_argument("--strategy", choices=STRATEGIES, default="ddp", help="fsdp shards (torchrun)")
     p.add_argument(
         "--gradient-checkpointing", action="store_true", help="recompute activations: less memory"
@@ -120,7 +121,7 @@ def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--batch-size", type=count, default=32, help="per process and micro-step")
     p.add_argument("--grad-accum", type=count, default=1)
     p.add_argument("--seq-len", type=count, default=128, help="tokens per row")
-    p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto")
+    p.add_argument("--amp", choices=AMP_MODES, default="auto")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file")

@@ -7,6 +7,8 @@ import torch
 
 from training.strategy import SetupError
 
+AMP_MODES = ("auto", "bf16", "fp16", "off")  # what --amp takes, as resolve_amp reads it
+
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for full precision. `auto` is bf16/fp16 on CUDA, off on CPU."""
@@ -22,7 +24,7 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
         if device.type != "cuda":
             raise SetupError("--amp fp16 needs a CUDA GPU; use bf16 or off on the CPU")
         return torch.float16
-    raise SetupError(f"unknown --amp {amp!r}; use auto, bf16, fp16 or off")
+    raise SetupError(f"unknown --amp {amp!r}; use {', '.join(AMP_MODES)}")
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:

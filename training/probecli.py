@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from service.cliargs import count, counts, one_of_each, size, whole
+from training.optim import AMP_MODES
 
-AMP_VALUES = ("off", "auto", "bf16", "fp16")  # training/optim.py's resolve_amp
 DEFAULTS = {
     # batch sizes, lengths, AMP values, largest point (tokens per process and step)
     "cpu": ("1,4", "32,128", "off,bf16", 512),
@@ -47,7 +47,7 @@ def add_probe_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument(
         "--amp",
-        type=one_of_each(*AMP_VALUES),
+        type=one_of_each(*AMP_MODES),
         help="comma-separated off/auto/bf16/fp16 (CPU off,bf16; GPU off,auto)",
     )
     p.add_argument(
