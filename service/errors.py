@@ -7,6 +7,7 @@ Every error leaves the service in the same JSON shape:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from starlette.responses import JSONResponse
@@ -141,14 +142,21 @@ def error_response(exc: ServiceError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def http_status_error(status: int, detail: str) -> ServiceError:
-    """Map a framework HTTP error (unknown route, wrong method) onto our classes."""
+def http_status_error(
+    status: int, detail: str, headers: Mapping[str, str] | None = None
+) -> ServiceError:
+    """Map a framework HTTP error (unknown route, wrong method) onto our classes, keeping
+    the headers HTTP requires of it (`Allow` on a 405)."""
+    error: ServiceError
     if status == 404:
-        return NotFound(detail or "not found")
-    if status == 405:
-        return MethodNotAllowed(detail or "method not allowed")
-    if status == 413:
-        return PayloadTooLarge(detail)
-    if 400 <= status < 500:
-        return BadRequest(detail or "bad request")
-    return InternalError()
+        error = NotFound(detail or "not found")
+    elif status == 405:
+        error = MethodNotAllowed(detail or "method not allowed")
+    elif status == 413:
+        error = PayloadTooLarge(detail)
+    elif 400 <= status < 500:
+        error = BadRequest(detail or "bad request")
+    else:
+        return InternalError()
+    error.headers.update(headers or {})
+    return error

@@ -57,7 +57,7 @@ def create_app() -> FastAPI:
 
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return error_response(http_status_error(exc.status_code, str(exc.detail)))
+        return error_response(http_status_error(exc.status_code, str(exc.detail), exc.headers))
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -165,11 +165,15 @@ class SentimentIngress:
     def _fastapi(self) -> FastAPI:
         api = create_app()
 
+        # HEAD answers as GET without the body (uptime monitors often send it); kept out of
+        # the OpenAPI spec, which would list each probe twice.
+        @api.head("/healthz", include_in_schema=False)
         @api.get("/healthz")
         async def healthz() -> dict[str, str]:
             """Alive: the process answers."""
             return {"status": "ok"}
 
+        @api.head("/readyz", include_in_schema=False)
         @api.get("/readyz", responses={503: ERROR_RESPONSES[503]})
         async def readyz() -> JSONResponse:
             """Ready: a model replica has loaded and warmed its model, and answers."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import unicodedata
 from functools import lru_cache
@@ -158,10 +159,13 @@ def _reason(kind: str, message: str) -> str:
 
 def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyRequestBase:
     """Decode and validate a body: 400 for bytes/JSON problems, 422 with field and reason."""
+    # RFC 8259 lets a parser ignore a leading byte order mark; some clients send one.
+    body = raw.removeprefix(codecs.BOM_UTF8)
     try:
-        text = raw.decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRequest(f"body is not valid UTF-8 (byte {exc.start})") from None
+        start = exc.start + len(raw) - len(body)
+        raise BadRequest(f"body is not valid UTF-8 (byte {start})") from None
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -135,10 +135,14 @@ def test_unknown_route_and_wrong_method_use_the_error_shape(main_app: Deployed) 
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     wrong = requests.get(f"{main_app.url}/v1/classify", timeout=10)
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+    assert wrong.headers["allow"] == "POST"  # HTTP requires a 405 to name what is allowed
 
 
 def test_health_readiness_and_docs(main_app: Deployed) -> None:
     assert requests.get(f"{main_app.url}/healthz", timeout=10).json() == {"status": "ok"}
+    for probe in ("healthz", "readyz"):  # as GET, without the body
+        head = requests.head(f"{main_app.url}/{probe}", timeout=10)
+        assert head.status_code == 200 and head.content == b""
     ready = requests.get(f"{main_app.url}/readyz", timeout=10)
     assert ready.status_code == 200
     assert ready.json()["model"] == "tiny" and ready.json()["device"] == "cpu"

@@ -39,3 +39,10 @@ def test_unknown_route_uses_our_shape() -> None:
     response = client().get("/nowhere")
     assert response.status_code == 404
     assert response.json() == {"error": {"code": "not_found", "message": "Not Found"}}
+
+
+def test_wrong_method_names_the_allowed_ones() -> None:
+    response = client().post("/items/1")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert response.headers["allow"] == "GET"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
 import pytest
@@ -62,6 +63,14 @@ def test_undecodable_bodies_are_400(
     with pytest.raises(BadRequest, match=message) as info:
         parse_request(raw, model)
     assert info.value.status == 400
+
+
+def test_a_leading_byte_order_mark_is_ignored(model: type[ClassifyRequestBase]) -> None:
+    assert parse_request(codecs.BOM_UTF8 + b'{"text": "fine"}', model).all_texts() == ["fine"]
+    with pytest.raises(BadRequest, match=r"byte 5\)"):  # counted from the body's start
+        parse_request(codecs.BOM_UTF8 + b'{"\xff": 1}', model)
+    with pytest.raises(BadRequest, match="not valid JSON"):  # only a leading one
+        parse_request(b" " + codecs.BOM_UTF8 + b'{"text": "fine"}', model)
 
 
 def test_a_body_with_thousands_of_problems_gets_a_short_answer(
