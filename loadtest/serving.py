@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadtest import strays
 from loadtest.ports import free_port
-from service import lifecycle
+from service import lifecycle, reaper
 from service.failover import pickled_calls
 from service.local import local_layout
 from service.settings import Settings
@@ -151,8 +151,13 @@ def _ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
         log_to_driver=False,
         _metrics_export_port=metrics_port,
     )
+    watcher = None
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
+        # A SIGTERM to the whole process group (`timeout`, a CI job's end) stops Ray's daemons
+        # under this process, which Ray then ends before any `finally` runs: the watcher
+        # frees what that leaves.
+        watcher = reaper.spawn(http_port, metrics_port)
         yield f"http://127.0.0.1:{http_port}"
     finally:
         haproxy = strays.haproxy_processes(below=os.getpid())
@@ -163,6 +168,7 @@ def _ray_serve(ingress: str, cpus_needed: float) -> Iterator[str]:
             ended = strays.end_haproxy(haproxy) + lifecycle.stop_listeners(http_port)
             if ended:
                 print(f"ended {len(ended)} HAProxy process(es) left after shutdown", flush=True)
+            reaper.dismiss(watcher)
 
 
 class BenchApps:

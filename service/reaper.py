@@ -1,4 +1,4 @@
-"""Frees the service's ports when `python -m service serve` dies without stopping.
+"""Frees the service's ports when `python -m service serve` (or a bench) dies without stopping.
 
 Ray ties its own daemons to the process that started it, but not the HAProxy that its HAProxy
 actor starts, nor its dashboard agent: a server killed outright (SIGKILL, the OOM killer, or a
@@ -70,15 +70,24 @@ def _stop_ray_agents(group: int) -> list[int]:
     return stopped
 
 
-def spawn(http_port: int, metrics_port: int) -> None:
-    """Start the watcher for this process (Linux only: it reads /proc)."""
+def spawn(http_port: int, metrics_port: int) -> subprocess.Popen[bytes] | None:
+    """Start the watcher for this process (Linux only: it reads /proc). A process that stops
+    Ray Serve itself and lives on (a bench) ends the watcher then, with `dismiss`."""
     started = _start_time(os.getpid())
     if started is None:
-        return
+        return None
     args = [sys.executable, "-m", "service.reaper", str(os.getpid()), started, str(os.getpgid(0))]
     args += [f"{http_port}={HTTP_LEFTOVER}", f"{metrics_port}={METRICS_LEFTOVER}"]
     # A session of its own: a Ctrl-C or a signal to the server's group does not reach it.
-    subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+def dismiss(watcher: subprocess.Popen[bytes] | None) -> None:
+    """End a watcher whose server has stopped cleanly, so that it cannot act on ports that
+    later belong to someone else."""
+    if watcher is not None:
+        watcher.terminate()
+        watcher.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     stopped = watch(args.pid, args.started, ports, args.group)
     if stopped:
         print(
-            f"service pid {args.pid} exited without stopping; ended what it left behind "
+            f"pid {args.pid} exited without stopping Ray Serve; ended what it left behind "
             f"(listeners on ports {', '.join(map(str, ports))}, Ray agents): pids {stopped}",
             file=sys.stderr,
         )
