@@ -25,7 +25,9 @@ from typing import Any
 from loadtest import clients, corpus, overhead, serving, tinymodel
 from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, GPU, QUICK, serve_and_measure
-from service.settings import COMPILE_MODES
+from service.backends import BACKENDS
+from service.cliargs import count, device, ranged
+from service.settings import COMPILE_MODES, DTYPES
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,15 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few seconds, for tests")
     parser.add_argument(
         "--profile-s",
-        type=float,
+        type=ranged(lambda s: s >= 0, "of at least 0"),
         default=0.0,
         help="after the service runs, py-spy on its model and ingress replicas for this long at "
         "the top single-text level (profile-*.txt beside the report; loadtest.profile)",
     )
-    parser.add_argument("--texts", type=int, help="texts in the corpus (default by plan)")
+    parser.add_argument("--texts", type=count, help="texts in the corpus (default by plan)")
     parser.add_argument("--corpus", help="file with one text per line (default: generated)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
-    parser.add_argument("--micro-batch-tokens", type=int, help="service budget (default: best)")
+    parser.add_argument("--threads", type=count, help="torch threads (default: all cores)")
+    parser.add_argument("--micro-batch-tokens", type=count, help="service budget (default: best)")
     parser.add_argument(
         "--ingress",
         choices=serving.INGRESSES,
@@ -214,19 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ingress-replicas",
-        type=int,
+        type=count,
         default=serving.default_ingress_replicas(),
         help="HTTP ingress replicas (default: one per core the model replica leaves free)",
     )
     parser.add_argument(
         "--calls-in-flight",
-        type=int,
+        type=count,
         help="model calls each ingress replica keeps in flight (default: the service's auto; "
         "the RayService sets 2)",
     )
     parser.add_argument(
         "--client-processes",
-        type=int,
+        type=count,
         default=clients.default_processes(),
         help="load-generator processes for the closed-loop runs (default: one per four cores, "
         "at most four; one below eight cores). One asyncio client costs ~0.12 ms of CPU a "
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--overhead-layers",
-        type=int,
+        type=count,
         default=tinymodel.LAYERS,
         help="layers of the overhead model (12: a launch-bound forward, like a GPU's)",
     )
@@ -254,10 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the overhead model's backend (auto: onnx where the real model runs on ONNX "
         "Runtime here, else torch)",
     )
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
+    parser.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument(
         "--backend",
+        choices=("auto", *BACKENDS),
         default=os.environ.get("SENTIMENT_BACKEND", "auto"),
         help="torch, onnx, onnx-int8, tensorrt or auto, for the limit and the service",
     )
@@ -274,14 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         help="time a BERT-base-sized random model with the model's tokenizer (GPU sizing)",
     )
     args = parser.parse_args(argv)
-    if args.ingress_replicas < 1:
-        parser.error("--ingress-replicas must be at least 1")
     if args.overhead_only and args.no_overhead:
         parser.error("--overhead-only and --no-overhead leave nothing to run")
-    if args.client_processes < 1:
-        parser.error("--client-processes must be at least 1")
-    if args.calls_in_flight is not None and not 1 <= args.calls_in_flight <= 64:
+    if args.calls_in_flight is not None and args.calls_in_flight > 64:
         parser.error("--calls-in-flight must be between 1 and 64")
+    if args.corpus:
+        try:  # read again by the run: a bad file is a usage error now, not a traceback later
+            corpus.load(args.corpus, 0)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--corpus: {exc}")
     if not (args.model_path / "config.json").is_file():
         print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
         return 2

@@ -24,8 +24,10 @@ import torch
 
 from loadtest.timing import median_ms
 from loadtest.tinymodel import build_tiny_model
+from service.cliargs import device
 from service.forwardproc import ForwardProcess
 from service.model import SentimentModel
+from service.settings import DTYPES
 
 LAYERS = 12
 WARMUP = 5  # forwards before timing: the first runs of a shape pay one-time setup
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "--model-path", type=Path, default=Path("models/default"), help="the stand-in's tokenizer"
     )
     parser.add_argument("--model", type=Path, help="time this model instead of the stand-in")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, float16, bfloat16")
+    parser.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--out", type=Path, default=Path("results/convoy.json"))
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--layers", type=int, default=LAYERS, help="the stand-in's depth")

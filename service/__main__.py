@@ -13,10 +13,10 @@ from pydantic import ValidationError
 
 from service import startfail
 from service.auth import ApiKeys, KeysFileError
-from service.cliargs import count, counts, size
+from service.cliargs import count, counts, device, size
 from service.envcheck import settings_errors, unknown_variables
 from service.model import ModelLoadError, check_model_dir
-from service.settings import Settings
+from service.settings import DTYPES, Settings
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -88,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["two-tier", "colocated"],
         help="default: colocated on a CPU-only machine of up to 4 cores, else two-tier",
     )
-    run.add_argument("--device", help="auto, cpu or cuda")
+    run.add_argument("--device", type=device, help="auto, cpu, cuda or cuda:N")
     run.add_argument("--address", help="join a running Ray cluster instead of starting one")
     probe = sub.add_parser("probe", help="peak memory and speed per batch x length")
     probe.add_argument("--model-path", help="model directory (default: SENTIMENT_MODEL_PATH)")
-    probe.add_argument("--device", help="auto, cpu or cuda (default: SENTIMENT_DEVICE)")
-    probe.add_argument("--dtype", help="auto, float32, float16, bfloat16")
+    probe.add_argument(
+        "--device", type=device, help="auto, cpu, cuda or cuda:N (default: SENTIMENT_DEVICE)"
+    )
+    probe.add_argument("--dtype", choices=DTYPES, help="default: SENTIMENT_DTYPE")
     probe.add_argument(
         "--batch-sizes", type=counts, default="1,8,32,128", help="comma-separated rows"
     )

@@ -84,3 +84,13 @@ def one_of_each(*allowed: str) -> Callable[[str], list[str]]:
         return values
 
     return parse
+
+
+def device(text: str) -> str:
+    """Where a model serves: auto, cpu, cuda or cuda:N."""
+    from service.settings import check_device
+
+    try:
+        return check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -27,6 +27,7 @@ from service.backends import (
 from service.batching import pad_multiple, round_up
 from service.encoding import TextEncoder, sequence_limit
 from service.modeldir import ModelLoadError, check_model_dir
+from service.settings import check_device
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,10 @@ def encode_texts(encoder: TextEncoder, texts: list[str]) -> list[Encoded]:
 
 def resolve_device(device: str) -> torch.device:
     """`auto` means the first GPU when there is one, else the CPU."""
+    try:
+        check_device(device)
+    except ValueError as exc:
+        raise ModelLoadError(f"device: {exc}") from None
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():

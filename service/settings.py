@@ -5,14 +5,26 @@ Built once at start-up and passed in; nothing reads `os.environ` at import time.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def check_device(value: str) -> str:
+    """`value` if it names where a model can serve (torch reads other strings too, but serves
+    on none of them), else ValueError."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise ValueError(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
+
 
 TorchCompile = Literal["auto", "off", "default", "reduce-overhead"]
 COMPILE_MODES: tuple[str, ...] = get_args(TorchCompile)
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
 class BatchConfig(BaseModel):
@@ -88,7 +100,7 @@ class Settings(BaseSettings):
     model_path: Path = Field(Path("models/default"), description="HF classification model dir.")
     model_name: str | None = Field(None, description="Name reported to clients; default dir name.")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    dtype: Dtype = "auto"
     backend: Literal["auto", "torch", "onnx", "onnx-int8", "tensorrt"] = Field(
         "auto",
         description="What runs forwards: torch, onnx (ONNX Runtime FP32), onnx-int8, tensorrt "
@@ -252,6 +264,11 @@ class Settings(BaseSettings):
     )
 
     batch: BatchConfig = Field(default_factory=BatchConfig)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
 
     @model_validator(mode="after")
     def _budgets_fit(self) -> Settings:

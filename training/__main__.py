@@ -14,6 +14,7 @@ from pathlib import Path
 
 from service.cliargs import count, ranged, whole
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
+from training.distributed import DEVICES
 from training.loop import TrainConfig
 from training.optim import AMP_MODES
 from training.pipeline import RunSpec, check_encoder_dir, fine_tune
@@ -62,7 +63,7 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--freeze-embeddings", action="store_true", help="faster on CPU")
     p.add_argument("--freeze-layers", type=whole, default=0, help="freeze N lowest layers")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="cuda: the LOCAL_RANK GPU")
     p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--checkpoint-every", type=whole, default=500, help="steps (0: epoch ends)")
     p.add_argument("--resume", type=Path, help="checkpoint directory (OUT/checkpoint)")
@@ -122,7 +123,7 @@ def _throughput_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--grad-accum", type=count, default=1)
     p.add_argument("--seq-len", type=count, default=128, help="tokens per row")
     p.add_argument("--amp", choices=AMP_MODES, default="auto")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="cuda: the LOCAL_RANK GPU")
     p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--out", type=Path, help="also write the figures to this JSON file")
 

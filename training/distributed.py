@@ -31,6 +31,9 @@ class DistContext:
         return self.world_size > 1
 
 
+DEVICES = ("auto", "cpu", "cuda")  # a process's GPU is its LOCAL_RANK's
+
+
 def setup_distributed(device: str = "auto") -> DistContext:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1), else run alone."""
     world = int(os.environ.get("WORLD_SIZE", "1"))

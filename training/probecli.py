@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cliargs import count, counts, one_of_each, size, whole
+from training.distributed import DEVICES
 from training.optim import AMP_MODES
 
 DEFAULTS = {
@@ -38,7 +39,7 @@ def add_probe_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     model.add_argument(
         "--config", choices=["bert-base", "bert-large"], help="random weights (default bert-base)"
     )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="cuda: the LOCAL_RANK GPU")
     p.add_argument(
         "--batch-sizes", type=counts, help="per process, comma-separated (CPU 1,4; GPU 8..128)"
     )

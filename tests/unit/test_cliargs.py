@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from service.cliargs import count, counts, one_of_each, ranged, size, whole
+from service.cliargs import count, counts, device, one_of_each, ranged, size, whole
 
 
 def parser() -> argparse.ArgumentParser:
@@ -17,14 +17,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--share", type=ranged(lambda v: 0 < v < 1, "in (0, 1)"))
     p.add_argument("--limit", type=size)
     p.add_argument("--amp", type=one_of_each("off", "bf16"))
+    p.add_argument("--device", type=device)
     return p
 
 
 def test_good_values_parse() -> None:
     argv = ["--sizes", "1, 8,32", "--steps", "3", "--every", "0", "--share", "0.25"]
-    args = parser().parse_args([*argv, "--limit", "2GiB", "--amp", "off,bf16"])
+    args = parser().parse_args(
+        [*argv, "--limit", "2GiB", "--amp", "off,bf16", "--device", "cuda:1"]
+    )
     assert args.sizes == [1, 8, 32] and args.steps == 3 and args.every == 0
     assert args.share == 0.25 and args.limit == 2 << 30 and args.amp == ["off", "bf16"]
+    assert args.device == "cuda:1"
 
 
 @pytest.mark.parametrize(
@@ -43,6 +47,9 @@ def test_good_values_parse() -> None:
         ("--limit", "inf GiB", "a size like 16GiB"),
         ("--limit", "0", "a size like 16GiB"),
         ("--amp", "fp8", "comma-separated values from off, bf16"),
+        ("--device", "tpu", "auto, cpu, cuda or cuda:N"),  # torch would read some of these
+        ("--device", "cuda:x", "auto, cpu, cuda or cuda:N"),
+        ("--device", "cpu:0", "auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_bad_values_name_the_flag_and_what_it_takes(flag: str, value: str, says: str) -> None:

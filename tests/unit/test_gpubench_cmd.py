@@ -37,7 +37,13 @@ def test_bench_args_reach_the_bench_command(tmp_path: Path) -> None:
     [
         ["--torch-compile", "fastest"],
         ["--calls-in-flight", "0"],
+        ["--calls-in-flight", "65"],
         ["--overhead-only", "--no-overhead"],
+        ["--device", "tpu"],
+        ["--dtype", "float8"],
+        ["--threads", "-1"],
+        ["--profile-s", "-5"],
+        ["--corpus", "/nonexistent/reviews.txt"],
     ],
     ids=lambda f: f[0],
 )

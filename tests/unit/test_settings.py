@@ -41,6 +41,13 @@ def test_bad_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
+def test_an_unknown_device_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(device="cuda:1").device == "cuda:1"
+    monkeypatch.setenv("SENTIMENT_DEVICE", "tpu")  # else a replica fails deep in torch
+    with pytest.raises(ValidationError, match="expected auto, cpu, cuda or cuda:N, got 'tpu'"):
+        Settings()
+
+
 def test_token_budgets_must_fit_one_full_length_text() -> None:
     with pytest.raises(ValidationError, match="max_seq_len"):
         Settings(max_seq_len=512, batch=BatchConfig(micro_batch_tokens=256))
