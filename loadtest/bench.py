@@ -26,7 +26,7 @@ from loadtest import clients, corpus, overhead, serving, tinymodel
 from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.backends import BACKENDS
-from service.cliargs import count, device, ranged
+from service.cliargs import count, device, not_negative
 from service.settings import COMPILE_MODES, DTYPES
 
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few seconds, for tests")
     parser.add_argument(
         "--profile-s",
-        type=ranged(lambda s: s >= 0, "of at least 0"),
+        type=not_negative,
         default=0.0,
         help="after the service runs, py-spy on its model and ingress replicas for this long at "
         "the top single-text level (profile-*.txt beside the report; loadtest.profile)",

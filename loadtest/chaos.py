@@ -34,6 +34,7 @@ from loadtest.clientload import AsyncClients, Load, ThreadClients
 from loadtest.httpload import bodies
 from loadtest.outage import Request, figures, markdown, timeline
 from loadtest.report import hardware
+from service.cliargs import count, not_negative, positive
 
 APP = "chaos"
 MODEL = "SentimentModel"
@@ -212,34 +213,39 @@ def scenario(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.chaos", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     parser.add_argument("--model-path", type=Path, required=True)
     parser.add_argument(
         "--kill", choices=sorted(DEPLOYMENTS), default="model", help="whose replica is killed"
     )
     parser.add_argument(
-        "--replicas", type=int, nargs="+", default=[2, 1], help="of the deployment --kill names"
+        "--replicas", type=count, nargs="+", default=[2, 1], help="of the deployment --kill names"
     )
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--clients", type=count, default=32)
     parser.add_argument(
         "--client",
         choices=["aiohttp", "http.client"],
         default="aiohttp",
         help="asyncio clients, or a thread of blocking keep-alive connection each",
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
+    parser.add_argument("--threads", type=count, default=1, help="torch threads per replica")
     parser.add_argument(
-        "--calls-in-flight", type=int, default=2, help="per ingress (KubeRay's setting)"
+        "--calls-in-flight", type=count, default=2, help="per ingress (KubeRay's setting)"
     )
-    parser.add_argument("--before-s", type=float, default=10.0, help="load before the kill")
-    parser.add_argument("--after-s", type=float, default=15.0, help="least load after it")
-    parser.add_argument("--settle-s", type=float, default=5.0, help="load after recovery")
-    parser.add_argument("--max-after-s", type=float, default=300.0)
-    parser.add_argument("--client-timeout-s", type=float, default=30.0)
-    parser.add_argument("--max-requests", type=int, default=200_000)
-    parser.add_argument("--start-timeout-s", type=float, default=300.0)
+    parser.add_argument("--before-s", type=positive, default=10.0, help="load before the kill")
+    parser.add_argument("--after-s", type=positive, default=15.0, help="least load after it")
+    parser.add_argument("--settle-s", type=not_negative, default=5.0, help="load after recovery")
+    parser.add_argument("--max-after-s", type=positive, default=300.0)
+    parser.add_argument("--client-timeout-s", type=positive, default=30.0)
+    parser.add_argument("--max-requests", type=count, default=200_000)
+    parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/chaos"))
     args = parser.parse_args(argv)
+    if not (args.model_path / "config.json").is_file():
+        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios: list[dict[str, Any]] = []
     for replicas in args.replicas:

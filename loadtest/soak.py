@@ -26,6 +26,8 @@ from typing import Any
 
 from loadtest.ports import free_port
 from loadtest.rss import Sampler, summarise, table
+from loadtest.serving import sigterm_unwinds
+from service.cliargs import count, not_negative, positive
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
@@ -136,17 +138,29 @@ def soak(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.soak", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     parser.add_argument("--model-path", type=Path, required=True)
-    parser.add_argument("--minutes", type=float, default=10.0, help="length of the soak")
-    parser.add_argument("--users", type=int, default=8, help="Locust users throughout")
-    parser.add_argument("--interval-s", type=float, default=5.0, help="between RSS samples")
-    parser.add_argument("--warmup-s", type=float, help="default: a fifth of the run, 2 min at most")
-    parser.add_argument("--max-growth", type=float, default=0.05, help="allowed total growth")
-    parser.add_argument("--start-timeout-s", type=float, default=300.0)
+    parser.add_argument("--minutes", type=positive, default=10.0, help="length of the soak")
+    parser.add_argument("--users", type=count, default=8, help="Locust users throughout")
+    parser.add_argument("--interval-s", type=positive, default=5.0, help="between RSS samples")
+    parser.add_argument(
+        "--warmup-s", type=not_negative, help="default: a fifth of the run, 2 min at most"
+    )
+    parser.add_argument(
+        "--max-growth", type=not_negative, default=0.05, help="allowed total growth"
+    )
+    parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/soak"))
     args = parser.parse_args(argv)
-    doc, status = soak(args)
+    if not (args.model_path / "config.json").is_file():
+        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
+        return 2
+    # The service runs in a session of its own, so only this process can stop it: a SIGTERM
+    # (`timeout`, a job's end) must unwind through `soak`'s finally, not end this one outright.
+    with sigterm_unwinds():
+        doc, status = soak(args)
     (args.out / "soak.json").write_text(json.dumps(doc, indent=1))
     if "rss" in doc:
         print(table(doc["rss"]))

@@ -58,6 +58,10 @@ def ranged(check: Callable[[float], bool], wanted: str) -> Callable[[str], float
     return parse
 
 
+positive = ranged(lambda v: v > 0, "above 0")
+not_negative = ranged(lambda v: v >= 0, "of at least 0")
+
+
 def size(text: str) -> int:
     """`16GiB`, `512MiB`, `2GB` or plain bytes -> bytes, at least 1."""
     from service.probe import parse_size

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.cliargs import count, ranged, whole
+from service.cliargs import count, not_negative, positive, ranged, whole
 from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
 from training.distributed import DEVICES
 from training.loop import TrainConfig
@@ -24,8 +24,6 @@ from training.strategy import STRATEGIES, SetupError
 _DEFAULTS = TrainConfig()
 _FRACTION = ranged(lambda v: 0 < v < 1, "in (0, 1)")
 _SHARE = ranged(lambda v: 0 <= v <= 1, "in [0, 1]")
-_POSITIVE = ranged(lambda v: v > 0, "above 0")
-_NOT_NEGATIVE = ranged(lambda v: v >= 0, "of at least 0")
 
 
 def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,10 +48,10 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-steps", type=whole, default=0, help="optimizer steps (0: use --epochs)")
     p.add_argument("--batch-size", type=count, default=_DEFAULTS.batch_size, help="per process")
     p.add_argument("--grad-accum", type=count, default=_DEFAULTS.grad_accum)
-    p.add_argument("--lr", type=_POSITIVE, default=_DEFAULTS.lr)
+    p.add_argument("--lr", type=positive, default=_DEFAULTS.lr)
     p.add_argument("--warmup-ratio", type=_SHARE, default=_DEFAULTS.warmup_ratio)
-    p.add_argument("--weight-decay", type=_NOT_NEGATIVE, default=_DEFAULTS.weight_decay)
-    p.add_argument("--max-grad-norm", type=_POSITIVE, default=_DEFAULTS.max_grad_norm)
+    p.add_argument("--weight-decay", type=not_negative, default=_DEFAULTS.weight_decay)
+    p.add_argument("--max-grad-norm", type=positive, default=_DEFAULTS.max_grad_norm)
     p.add_argument("--max-length", type=count, default=128, help="tokens per text")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="split, init and order")
     p.add_argument("--amp", choices=AMP_MODES, default="auto")
