@@ -61,7 +61,9 @@ def parse_keys(text: str) -> list[bytes]:
 
 def _read(path: Path) -> list[bytes]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # utf-8-sig: an editor's byte order mark would otherwise join the first key, which
+        # then matched no client, and nothing said why.
+        text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise KeysFileError(f"cannot read API keys file {path}: {type(exc).__name__}") from None
     try:

@@ -35,6 +35,16 @@ def test_plain_and_hashed_keys_let_in(tmp_path: Path) -> None:
     keys.check(request(b"bearer " + HASHED.encode()))
 
 
+def test_a_keys_file_saved_with_a_byte_order_mark_and_crlf_lets_its_keys_in(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keys"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{SECRET}\r\n{HASHED}\r\n".encode())
+    keys = ApiKeys.load(path)
+    keys.check(request(b"Bearer " + SECRET.encode()))
+    keys.check(request(b"Bearer " + HASHED.encode()))
+
+
 @pytest.mark.parametrize(
     "authorization",
     [None, b"", b"Bearer", b"Bearer wrong", b"Basic " + SECRET.encode(), SECRET.encode(),
