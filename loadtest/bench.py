@@ -284,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.corpus:
         try:  # read again by the run: a bad file is a usage error now, not a traceback later
             corpus.load(args.corpus, 0)
-        except (OSError, ValueError) as exc:
-            parser.error(f"--corpus: {exc}")
+        except ValueError as exc:
+            parser.error(f"--corpus {exc}")
     if not (args.model_path / "config.json").is_file():
         print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
         return 2

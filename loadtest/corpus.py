@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from service.textfile import text_lines
+
 TITLE_SHARE = 0.2  # product titles and one-line ratings
 MEDIAN_WORDS = 30
 SPREAD = 0.85  # sigma of log(words): p95 about 4x the median
@@ -96,8 +98,7 @@ def load(path: Path | str | None, n: int, seed: int = 7) -> list[str]:
     """Texts from `path` (one per line, blank lines skipped), else `n` generated reviews."""
     if not path:
         return generate(n, seed)
-    texts = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    texts = [t for t in texts if t]
+    texts = text_lines(path)  # TextFileError (a ValueError) names the file and line
     if not texts:
         raise ValueError(f"{path}: no texts (expected one text per line)")
     return texts

@@ -35,6 +35,7 @@ from service.artifacts import (
 )
 from service.int8 import int8_options
 from service.int8 import quantize as quantize_int8
+from service.textfile import TextFileError, text_lines
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -127,8 +128,10 @@ def calibration_rows(model_dir: Path, calibration: Path) -> list[list[int]]:
     """Token ids of the calibration texts (one per line), cut as the service cuts them."""
     from transformers import AutoTokenizer
 
-    texts = [line.strip() for line in calibration.read_text(encoding="utf-8").splitlines()]
-    texts = [t for t in texts if t]
+    try:
+        texts = text_lines(calibration)
+    except TextFileError as exc:
+        raise ExportMismatch(f"--calibration {exc}") from None
     if not texts:
         raise ExportMismatch(f"{calibration} holds no texts; INT8 smoothing needs some")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.textfile import TextFileError, read_text
+
 LABEL_NAMES = ("negative", "positive")
 # Spellings accepted in user data (case-insensitive); everything else is an error.
 LABEL_ALIASES: dict[str, int] = {
@@ -84,14 +86,10 @@ def _raise_collected(path: Path, errors: list[str]) -> None:
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    raw = path.read_bytes()
     try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
+        return read_text(path)
+    except TextFileError as exc:
+        raise DataError(str(exc)) from None
 
 
 def _check_row(text: object, label: object, line: int, errors: list[str]) -> Example | None:
