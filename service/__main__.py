@@ -145,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.address and (why := startfail.unreachable(args.address)):
         print(f"error: {why}", file=sys.stderr)
         return 2
+    if not args.address:  # a joined cluster's ports are its own
+        taken = [
+            startfail.port_taken(settings.host, settings.port, "HTTP"),
+            startfail.port_taken("", settings.metrics_port, "metrics"),
+        ]
+        if reasons := [why for why in taken if why]:
+            hint = "stop what holds it, or choose another (--port, --metrics-port)"
+            print(f"error: {'; '.join(reasons)}; {hint}", file=sys.stderr)
+            return 2
     from service.servecmd import serve_forever
 
     return serve_forever(settings, args.address)

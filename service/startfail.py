@@ -1,5 +1,8 @@
-"""Why the service cannot start or did not: a Ray address nothing answers at, and a line per
-deployment that failed.
+"""Why the service cannot start or did not: a port something else holds, a Ray address
+nothing answers at, and a line per deployment that failed.
+
+A port in use surfaced as HAProxy's "cannot bind socket" alert under a hundred lines of
+Ray traceback, after Ray had started.
 
 Ray retries an address it cannot reach for minutes before it raises. A replica whose
 constructor raises (a backend this machine cannot run, a device it lacks) fails
@@ -46,3 +49,21 @@ def unreachable(address: str) -> str | None:
             return None
     except OSError as exc:
         return f"no Ray cluster answers at {address} ({exc.strerror or exc})"
+
+
+def port_taken(host: str, port: int, what: str) -> str | None:
+    """Why this server cannot listen on `host:port` (who holds it, where /proc says), or
+    None when it is free. Closed connections in TIME_WAIT do not count, as for any server."""
+    from service.lifecycle import listeners
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            return None
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+    holders = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(listeners(port).items()))
+    return f"{what} port {port} on {host or 'every interface'}: {reason}" + (
+        f", held by {holders}" if holders else ""
+    )

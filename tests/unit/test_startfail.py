@@ -3,13 +3,15 @@ deployment's status message, cut to the exception line an operator needs."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from service.__main__ import main
-from service.startfail import exception_line, failed_deployments, unreachable
+from service.startfail import exception_line, failed_deployments, port_taken, unreachable
 from tests.net import free_port
 
 RAY_MESSAGE = (
@@ -62,3 +64,24 @@ def test_an_address_nothing_answers_at_stops_serve_at_once(
     assert main(["serve", "--model-path", str(tiny_model_dir), "--address", address]) == 2
     assert f"error: no Ray cluster answers at {address}" in capsys.readouterr().err
     assert unreachable("auto") is None and unreachable("ray://head:10001") is None
+
+
+def test_a_port_in_use_stops_serve_naming_who_holds_it(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not HAProxy's bind alert under Ray's traceback once Ray has started."""
+    free = free_port()
+    assert port_taken("127.0.0.1", free, "HTTP") is None
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        why = port_taken("127.0.0.1", port, "HTTP")
+        assert why == (
+            f"HTTP port {port} on 127.0.0.1: Address already in use, held by pid {os.getpid()} "
+            f"({Path('/proc/self/comm').read_text().strip()})"
+        )
+        argv = ["serve", "--model-path", str(tiny_model_dir), "--port", str(port)]
+        assert main([*argv, "--metrics-port", str(free)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: HTTP port {port} on 127.0.0.1: Address already in use" in err
