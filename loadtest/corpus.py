@@ -12,8 +12,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from service.textfile import text_lines
-
 TITLE_SHARE = 0.2  # product titles and one-line ratings
 MEDIAN_WORDS = 30
 SPREAD = 0.85  # sigma of log(words): p95 about 4x the median
@@ -98,7 +96,17 @@ def load(path: Path | str | None, n: int, seed: int = 7) -> list[str]:
     """Texts from `path` (one per line, blank lines skipped), else `n` generated reviews."""
     if not path:
         return generate(n, seed)
-    texts = text_lines(path)  # TextFileError (a ValueError) names the file and line
+    # Not service.textfile: the rehearsal's ConfigMap holds loadtest/ alone, and may be newer
+    # than the image it runs in.
+    try:
+        lines = Path(path).read_bytes().decode("utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    texts = [text for line in lines if (text := line.strip())]
     if not texts:
         raise ValueError(f"{path}: no texts (expected one text per line)")
     return texts
