@@ -43,6 +43,7 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
     p.add_argument("--out", type=Path, required=True, help="model directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
     p.add_argument("--test-fraction", type=_FRACTION, default=0.1)
     p.add_argument("--epochs", type=count, default=_DEFAULTS.epochs)
     p.add_argument("--max-steps", type=whole, default=0, help="optimizer steps (0: use --epochs)")
@@ -161,8 +162,14 @@ def _throughput(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_out(out: Path) -> None:
-    """Fail now, not after training, when the model directory cannot be made."""
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Fail now, not after training, when the model directory cannot be made, or would
+    replace a model (a served one, say) that nobody asked to replace."""
+    if (out / "config.json").exists() and not overwrite:
+        raise SetupError(
+            f"--out {out} already holds a model; choose another directory, or pass "
+            "--overwrite to replace it"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -208,7 +215,7 @@ def _train(args: argparse.Namespace) -> int:
         extra={"split": {"test_fraction": args.test_fraction, "seed": args.seed}},
     )
     check_encoder_dir(args.model)
-    _check_out(args.out)
+    _check_out(args.out, args.overwrite)
     fine_tune(spec, train, test, stats)
     return 0
 

@@ -127,3 +127,21 @@ def test_a_model_or_out_directory_that_cannot_serve_stops_before_training(
     taken.write_text("a file")
     assert main([*train, "--model", str(tiny_model_dir), "--out", str(taken)]) == 2
     assert f"--out {taken}: cannot make a directory there" in capsys.readouterr().err
+
+
+def test_a_model_in_out_is_replaced_only_when_asked(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--out models/default` replaced the model `make serve` serves, without a word."""
+    from training.__main__ import main
+
+    data = write_csv(tmp_path / "reviews.csv", make_examples(40, seed=6))
+    served = tmp_path / "served"
+    shutil.copytree(tiny_model_dir, served)
+    weights = (served / "model.safetensors").read_bytes()
+    train = ["train", "--model", str(tiny_model_dir), "--data", str(data), "--max-steps", "1"]
+    assert main([*train, "--out", str(served)]) == 2
+    assert f"--out {served} already holds a model" in capsys.readouterr().err
+    assert (served / "model.safetensors").read_bytes() == weights
+    assert main([*train, "--out", str(served), "--lr", "1e-2", "--overwrite"]) == 0
+    assert (served / "model.safetensors").read_bytes() != weights
