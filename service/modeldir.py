@@ -26,15 +26,22 @@ def has_tokenizer_files(path: Path) -> bool:
     )
 
 
+# The models the Makefile builds, by directory name, and the target that builds each.
+_BUILDS = {
+    "default": "the default model with `make model`",
+    "multilingual": "the multilingual model with `make model-multilingual`",
+}
+
+
 def check_model_dir(path: Path, allow_pickle: bool = False) -> None:
     """Fail with a readable message when `path` is not a usable model directory, or when its
     only weights are pickle files and `allow_pickle` is off (unpickling can run any code)."""
     config = path / "config.json"
     if not config.is_file():
+        build = _BUILDS.get(Path(path).name, _BUILDS["default"])
         raise ModelLoadError(
-            f"no model at {path} (config.json missing). Build the default model with "
-            "`make model`, or set SENTIMENT_MODEL_PATH to a Hugging Face "
-            "sequence-classification model directory."
+            f"no model at {path} (config.json missing). Build {build}, or set "
+            "SENTIMENT_MODEL_PATH to a Hugging Face sequence-classification model directory."
         )
     if not has_tokenizer_files(path):
         raise ModelLoadError(f"{path} has no tokenizer files (tokenizer.json or vocab.txt)")

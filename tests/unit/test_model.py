@@ -47,8 +47,11 @@ def test_long_texts_are_cut_and_flagged(model: SentimentModel) -> None:
 
 
 def test_missing_directory_says_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="make model"):
+    with pytest.raises(ModelLoadError, match="the default model with `make model`"):
         check_model_dir(tmp_path / "nope")
+    # The README's `SENTIMENT_MODEL_PATH=models/multilingual make serve`, before the build.
+    with pytest.raises(ModelLoadError, match="`make model-multilingual`"):
+        check_model_dir(tmp_path / "models" / "multilingual")
 
 
 def test_directory_without_labels_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
