@@ -147,12 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.address:  # a joined cluster's ports are its own
         taken = [
-            startfail.port_taken(settings.host, settings.port, "HTTP"),
-            startfail.port_taken("", settings.metrics_port, "metrics"),
+            startfail.cannot_listen(settings.host, settings.port, "--port"),
+            startfail.cannot_listen("", settings.metrics_port, "--metrics-port"),
         ]
         if reasons := [why for why in taken if why]:
-            hint = "stop what holds it, or choose another (--port, --metrics-port)"
-            print(f"error: {'; '.join(reasons)}; {hint}", file=sys.stderr)
+            print("\n".join(f"error: {why}" for why in reasons), file=sys.stderr)
             return 2
     from service.servecmd import serve_forever
 

@@ -271,6 +271,12 @@ class Settings(BaseSettings):
         return check_device(value)
 
     @model_validator(mode="after")
+    def _ports_differ(self) -> Settings:
+        if self.port == self.metrics_port:
+            raise ValueError(f"port and metrics_port are both {self.port}; they need two ports")
+        return self
+
+    @model_validator(mode="after")
     def _budgets_fit(self) -> Settings:
         # Ray rejects an item bigger than the whole batch budget, and one text must fit a forward.
         need = self.max_seq_len

@@ -13,6 +13,7 @@ not log to the terminal at all. The exception line is what an operator needs to 
 
 from __future__ import annotations
 
+import errno
 import re
 import socket
 from typing import Any
@@ -51,9 +52,9 @@ def unreachable(address: str) -> str | None:
         return f"no Ray cluster answers at {address} ({exc.strerror or exc})"
 
 
-def port_taken(host: str, port: int, what: str) -> str | None:
-    """Why this server cannot listen on `host:port` (who holds it, where /proc says), or
-    None when it is free. Closed connections in TIME_WAIT do not count, as for any server."""
+def cannot_listen(host: str, port: int, flag: str) -> str | None:
+    """Why this server cannot listen on `host:port` (for a port in use, who holds it, where
+    /proc says), or None. Closed connections in TIME_WAIT do not count, as for any server."""
     from service.lifecycle import listeners
 
     with socket.socket() as sock:
@@ -62,8 +63,9 @@ def port_taken(host: str, port: int, what: str) -> str | None:
             sock.bind((host, port))
             return None
         except OSError as exc:
-            reason = exc.strerror or str(exc)
+            in_use, reason = exc.errno == errno.EADDRINUSE, exc.strerror or str(exc)
+    if not in_use:  # an address this machine does not have, or a name nobody resolves
+        return f"cannot listen on {host or '*'}:{port} ({reason}); check --host"
     holders = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(listeners(port).items()))
-    return f"{what} port {port} on {host or 'every interface'}: {reason}" + (
-        f", held by {holders}" if holders else ""
-    )
+    held = f", held by {holders}" if holders else ""
+    return f"port {port} is in use{held}; stop it, or choose another with {flag}"

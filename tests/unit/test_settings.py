@@ -48,6 +48,11 @@ def test_an_unknown_device_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) 
         Settings()
 
 
+def test_the_http_and_metrics_ports_must_differ() -> None:
+    with pytest.raises(ValidationError, match="port and metrics_port are both 8000"):
+        Settings(port=8000, metrics_port=8000)
+
+
 def test_token_budgets_must_fit_one_full_length_text() -> None:
     with pytest.raises(ValidationError, match="max_seq_len"):
         Settings(max_seq_len=512, batch=BatchConfig(micro_batch_tokens=256))

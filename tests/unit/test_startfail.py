@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from service.__main__ import main
-from service.startfail import exception_line, failed_deployments, port_taken, unreachable
+from service.startfail import cannot_listen, exception_line, failed_deployments, unreachable
 from tests.net import free_port
 
 RAY_MESSAGE = (
@@ -71,17 +71,20 @@ def test_a_port_in_use_stops_serve_naming_who_holds_it(
 ) -> None:
     """Not HAProxy's bind alert under Ray's traceback once Ray has started."""
     free = free_port()
-    assert port_taken("127.0.0.1", free, "HTTP") is None
+    assert cannot_listen("127.0.0.1", free, "--port") is None
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        why = port_taken("127.0.0.1", port, "HTTP")
-        assert why == (
-            f"HTTP port {port} on 127.0.0.1: Address already in use, held by pid {os.getpid()} "
-            f"({Path('/proc/self/comm').read_text().strip()})"
+        comm = Path("/proc/self/comm").read_text().strip()
+        assert cannot_listen("127.0.0.1", port, "--port") == (
+            f"port {port} is in use, held by pid {os.getpid()} ({comm}); stop it, or choose "
+            "another with --port"
         )
         argv = ["serve", "--model-path", str(tiny_model_dir), "--port", str(port)]
         assert main([*argv, "--metrics-port", str(free)]) == 2
-    err = capsys.readouterr().err
-    assert f"error: HTTP port {port} on 127.0.0.1: Address already in use" in err
+    assert f"error: port {port} is in use" in capsys.readouterr().err
+    # An address this machine lacks is not a port in use.
+    assert cannot_listen("198.51.100.7", free, "--port") == (
+        f"cannot listen on 198.51.100.7:{free} (Cannot assign requested address); check --host"
+    )
