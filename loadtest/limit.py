@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
+from service.batchconfig import BatchConfig
 from service.batching import plan_micro_batches
 from service.calibration import calibrate
 from service.model import SentimentModel
-from service.settings import BatchConfig
 
 
 @dataclass(frozen=True)

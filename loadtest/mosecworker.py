@@ -14,9 +14,9 @@ from mosec.errors import DecodingError
 
 from loadtest.parity import probabilities
 from loadtest.reference import BACKEND_ENV, MODEL_ENV
+from service.batchconfig import BatchConfig
 from service.calibration import calibrate
 from service.model import SentimentModel
-from service.settings import BatchConfig
 
 
 class TinyClassifier(Worker):

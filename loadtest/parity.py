@@ -33,10 +33,10 @@ from service.artifacts import (
     weights_sha256,
     write_manifest,
 )
+from service.batchconfig import BatchConfig
 from service.batching import plan_micro_batches
 from service.calibration import calibrate
 from service.model import ModelLoadError, SentimentModel
-from service.settings import BatchConfig
 from training.data import Example
 
 FP32_MAX_DIFF = 1e-3

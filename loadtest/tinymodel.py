@@ -67,10 +67,10 @@ def in_process(
     import torch
 
     from loadtest.limit import single_text_ms
+    from service.batchconfig import BatchConfig
     from service.batching import plan_micro_batches
     from service.calibration import calibrate
     from service.model import SentimentModel
-    from service.settings import BatchConfig
 
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.settings import RUN_TIME_LIMITS, BatchConfig, Settings
+from service.batchconfig import BatchConfig
+from service.settings import RUN_TIME_LIMITS, Settings
 
 PREFIX = "SENTIMENT_"
 NESTED = "__"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from service.batchconfig import BatchConfig
 from service.batching import plan_micro_batches, round_up
 from service.calibration import Calibration, calibrate, fit, graph_shapes, shapes
 from service.model import SentimentModel
-from service.settings import BatchConfig
 
 
 def test_fit_recovers_a_line() -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from service.batchconfig import BatchConfig
 from service.metrics import EXPORTED_PREFIX, PREFIX
-from service.settings import BatchConfig, Settings
+from service.settings import Settings
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()

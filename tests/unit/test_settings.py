@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from service.batchconfig import BatchConfig
 from service.liveconfig import LiveConfig
-from service.settings import RUN_TIME_LIMITS, BatchConfig, Settings, apply_user_config
+from service.settings import RUN_TIME_LIMITS, Settings, apply_user_config
 
 
 def test_defaults_are_sane(monkeypatch: pytest.MonkeyPatch) -> None:
