@@ -49,10 +49,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def create_app() -> FastAPI:
     """An app whose every error, the framework's own included, uses the one JSON shape."""
+    # No redirect from `/v1/classify/` to `/v1/classify`: Starlette's 307 carried no error
+    # body and named an http:// URL, which behind a TLS-terminating balancer sends the client
+    # back over plain HTTP. A path with a trailing slash is an unknown route, 404.
     app = FastAPI(
         title="Sentiment service",
         version=__version__,
         description="Sentiment labels and probabilities for product reviews and titles.",
+        redirect_slashes=False,
     )
 
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -136,6 +136,10 @@ def test_unknown_route_and_wrong_method_use_the_error_shape(main_app: Deployed) 
     wrong = requests.get(f"{main_app.url}/v1/classify", timeout=10)
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
     assert wrong.headers["allow"] == "POST"  # HTTP requires a 405 to name what is allowed
+    # Not a 307 to an http:// URL (a downgrade behind a TLS-terminating balancer).
+    slash = requests.post(f"{main_app.url}/v1/classify/", json={"text": "ok"}, timeout=10)
+    assert slash.status_code == 404 and not slash.history
+    assert slash.json()["error"]["code"] == "not_found"
 
 
 def test_health_readiness_and_docs(main_app: Deployed) -> None:

@@ -46,3 +46,9 @@ def test_wrong_method_names_the_allowed_ones() -> None:
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
     assert response.headers["allow"] == "GET"
+
+
+def test_a_trailing_slash_is_an_unknown_route_not_a_redirect() -> None:
+    response = client().get("/items/1/", follow_redirects=False)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
