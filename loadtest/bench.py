@@ -27,6 +27,7 @@ from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.backends import BACKENDS
 from service.cliargs import count, device, not_negative
+from service.modeldir import ModelLoadError, check_model_dir
 from service.settings import COMPILE_MODES, DTYPES
 
 
@@ -286,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             corpus.load(args.corpus, 0)
         except ValueError as exc:
             parser.error(f"--corpus {exc}")
-    if not (args.model_path / "config.json").is_file():
-        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
-        return 2
+    try:  # the service's own rule, before minutes of start-up
+        check_model_dir(args.model_path)
+    except ModelLoadError as exc:
+        parser.error(f"--model-path: {exc}")
     results = run(args)
     table = write_reports(results, args.out)
     print("\n" + table)

@@ -35,6 +35,7 @@ from loadtest.httpload import bodies
 from loadtest.outage import Request, figures, markdown, timeline
 from loadtest.report import hardware
 from service.cliargs import count, not_negative, positive
+from service.modeldir import ModelLoadError, check_model_dir
 
 APP = "chaos"
 MODEL = "SentimentModel"
@@ -243,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/chaos"))
     args = parser.parse_args(argv)
-    if not (args.model_path / "config.json").is_file():
-        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
-        return 2
+    try:  # the service's own rule, before minutes of start-up
+        check_model_dir(args.model_path)
+    except ModelLoadError as exc:
+        parser.error(f"--model-path: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios: list[dict[str, Any]] = []
     for replicas in args.replicas:

@@ -28,6 +28,7 @@ from loadtest.ports import free_port
 from loadtest.rss import Sampler, summarise, table
 from loadtest.serving import sigterm_unwinds
 from service.cliargs import count, not_negative, positive
+from service.modeldir import ModelLoadError, check_model_dir
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
@@ -154,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/soak"))
     args = parser.parse_args(argv)
-    if not (args.model_path / "config.json").is_file():
-        print(f"error: no model at {args.model_path}; run `make model` first", file=sys.stderr)
-        return 2
+    try:  # the service's own rule, before minutes of start-up
+        check_model_dir(args.model_path)
+    except ModelLoadError as exc:
+        parser.error(f"--model-path: {exc}")
     # The service runs in a session of its own, so only this process can stop it: a SIGTERM
     # (`timeout`, a job's end) must unwind through `soak`'s finally, not end this one outright.
     with sigterm_unwinds():

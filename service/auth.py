@@ -22,6 +22,7 @@ from typing import Literal
 from starlette.types import Scope
 
 from service.errors import Unauthorized
+from service.textfile import TextFileError, read_text
 
 PREFIX = "sha256:"
 # How often the keys file is looked at (a stat); a Secret's update takes up to a minute or so
@@ -61,11 +62,11 @@ def parse_keys(text: str) -> list[bytes]:
 
 def _read(path: Path) -> list[bytes]:
     try:
-        # utf-8-sig: an editor's byte order mark would otherwise join the first key, which
-        # then matched no client, and nothing said why.
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeysFileError(f"cannot read API keys file {path}: {type(exc).__name__}") from None
+        # read_text drops an editor's byte order mark, which would otherwise join the first
+        # key, so that it matched no client and nothing said why.
+        text = read_text(path)
+    except TextFileError as exc:  # names the file and a line, never a line's content
+        raise KeysFileError(f"cannot read API keys file {exc}") from None
     try:
         return parse_keys(text)
     except KeysFileError as exc:
