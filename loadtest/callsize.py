@@ -27,7 +27,7 @@ from loadtest import cpu, tally
 from loadtest.floor import logged_as_service
 from loadtest.serving import as_replicas_call
 from service.calibration import fit
-from service.encoding import Packed, Scored, TextEncoder
+from service.encoding import CallResult, Packed, TextEncoder
 from service.failover import call_transport
 
 SIZES = (1, 8, 32, 128)
@@ -41,8 +41,8 @@ FLOOR_APP = "bench-call-floor"
 class EmptyInfer:
     """Takes a model call's arguments and answers zeros: what Ray alone costs per call."""
 
-    async def infer(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> Scored:
-        return np.zeros((len(packed), 2), dtype=np.float32), np.zeros(len(packed), np.uint8)
+    async def infer(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> CallResult:
+        return np.zeros((len(packed), 2), dtype=np.float32), np.zeros(len(packed), np.uint8), 0.0
 
 
 def size_row(

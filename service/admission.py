@@ -35,7 +35,8 @@ class Pace:
     one's time. Its rate alone reads a small fraction of the pace, and a mean of rates swings
     with each such call; weighted by their seconds, calls sum to the pace they share (within
     a few percent of the tokens answered a second, measured, where a mean of rates read up to
-    1.4x that)."""
+    1.4x that). A call's seconds leave out its wait for company in an idle model replica
+    (service.coalescer): a wait is not work."""
 
     def __init__(self, weight: float = 0.3) -> None:
         self.weight = weight  # of the newest call in each running mean

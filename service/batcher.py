@@ -39,6 +39,9 @@ class Batcher(Generic[T, R]):
     `deadline` (time.monotonic() after which an item is useless) and `expired` (its answer
     then), an item still queued at its deadline leaves with that answer, even while a batch
     computes or the model hangs.
+
+    `taken(batch, idle)` hears of each batch as it leaves the queue, and whether an idle
+    model gathered it (its items' time in the queue was a wait for company, not for work).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Batcher(Generic[T, R]):
         deadline: Callable[[T], float] | None = None,
         expired: Callable[[T], R] | None = None,
         concurrency: int = 1,
+        taken: Callable[[list[T], bool], None] = lambda batch, idle: None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -61,6 +65,7 @@ class Batcher(Generic[T, R]):
         self.count = count
         self.deadline = deadline
         self.expired = expired
+        self.taken = taken
         self.configure(max_items, max_size, wait_s)
         # Insertion order is arrival order; keyed by future, so a gone waiter leaves in O(1).
         self._queue: OrderedDict[asyncio.Future[R], tuple[T, asyncio.TimerHandle | None]]
@@ -124,13 +129,15 @@ class Batcher(Generic[T, R]):
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
-            if self._idle:
+            idle = self._idle
+            if idle:
                 await self._wait_for_company()
             while len(self._running) >= self.concurrency:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
             batch = self._take()
             if batch:
+                self.taken([item for item, _ in batch], idle)
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self._running.add(task)
                 task.add_done_callback(self._finished)

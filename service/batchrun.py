@@ -30,6 +30,7 @@ class Job:
     packed: Packed
     deadlines: npt.NDArray[np.float64]  # time.monotonic() per text
     arrived: float
+    idle_s: float = 0.0  # of its time queued, the part an idle model waited for company
 
     @property
     def texts(self) -> int:
@@ -38,6 +39,15 @@ class Job:
     @property
     def tokens(self) -> int:
         return int(self.packed.offsets[-1])
+
+
+def note_idle(jobs: list[Job], idle: bool) -> None:
+    """A batch leaves the queue (`Batcher.taken`): when an idle model gathered it, each job's
+    time queued so far was a wait for company."""
+    if idle:
+        now = time.monotonic()
+        for job in jobs:
+            job.idle_s = now - job.arrived
 
 
 @dataclass

@@ -19,8 +19,12 @@ from tokenizers import Tokenizer
 from service.errors import DeadlineExceeded, InternalError, ServiceError
 
 IdArray = npt.NDArray[np.int32]
-# A model call's answer: probabilities [texts, labels] and a status per text.
+# One batch job's results: probabilities [texts, labels] and a status per text.
 Scored = tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8]]
+# A model call's answer: its Scored, and the seconds the call sat in an idle model replica
+# waiting for company (`batch_wait_timeout_s`): no work, so the pace an ingress admits by
+# leaves it out (service.admission.Pace).
+CallResult = tuple[npt.NDArray[np.float32], npt.NDArray[np.uint8], float]
 # Statuses: computed; its time budget ran out before its batch; its forward failed even alone.
 OK, EXPIRED, FAILED = 0, 1, 2
 

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.coalescer import ModelCall
-from service.encoding import Packed, Scored
+from service.encoding import CallResult, Packed
 from service.errors import NotReady
 
 NO_REPLICA = "no model replica is available; retry shortly"
@@ -48,7 +48,7 @@ class Failover:
         probe_s: float,
         retry_after_s: int,
         is_up: Callable[[], bool] = lambda: True,
-        taken: Callable[[Awaitable[Scored]], bool] = lambda _: False,
+        taken: Callable[[Awaitable[CallResult]], bool] = lambda _: False,
         on_resend: Callable[[], None] = lambda: None,
         on_down: Callable[[], None] = lambda: None,
     ) -> None:
@@ -67,7 +67,7 @@ class Failover:
         """503 in the service's error shape, with Retry-After."""
         return NotReady(message, headers={"Retry-After": str(self.retry_after_s)})
 
-    async def __call__(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> Scored:
+    async def __call__(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> CallResult:
         if not self.is_up():  # the model is known to be gone: no waiting for it
             raise self.refusal(NO_REPLICA)
         sent = time.monotonic()
@@ -91,7 +91,7 @@ class Failover:
             raise self.refusal("the model replica failed twice; retry shortly") from None
 
     async def _answered_or_alive(
-        self, call: asyncio.Future[Scored], wait_s: float, response: Awaitable[Scored]
+        self, call: asyncio.Future[CallResult], wait_s: float, response: Awaitable[CallResult]
     ) -> bool:
         """True once `call` is done (answered or failed) or taken by a replica, or when a model
         replica answers a probe while it is out; else `call` is dropped and False."""

@@ -26,7 +26,7 @@ from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, ModelCall, Reply
 from service.colocated import LocalModel
 from service.drain import DrainWatch
-from service.encoding import Packed, Scored, labels_of, tokenizer_threads_env
+from service.encoding import CallResult, Packed, labels_of, tokenizer_threads_env
 from service.errors import (
     DeadlineExceeded,
     InternalError,
@@ -264,10 +264,10 @@ class SentimentIngress:
         self._windows.update(w for w in reply.windows if w > 1)
         return 200, answer_bytes(self.name, self.labels, reply), {}
 
-    def _call_model(self, packed: Packed, budgets: Any) -> Awaitable[Scored]:
+    def _call_model(self, packed: Packed, budgets: Any) -> Awaitable[CallResult]:
         """The handle call itself (a `DeploymentResponse`), so the failover can see whether a
         replica has taken it."""
-        response: Awaitable[Scored] = self.model.infer.remote(packed, budgets)
+        response: Awaitable[CallResult] = self.model.infer.remote(packed, budgets)
         return response
 
     def _count_resend(self) -> None:

@@ -24,9 +24,9 @@ from ray import serve
 
 from service.batcher import Batcher
 from service.batching import PAD_MULTIPLE
-from service.batchrun import COUNTED, BatchRunner, Job
+from service.batchrun import COUNTED, BatchRunner, Job, note_idle
 from service.calibration import Calibration, calibrate
-from service.encoding import Packed, Scored
+from service.encoding import CallResult, Packed, Scored
 from service.forwardproc import ForwardProcess, ForwardProcessError
 from service.forwards import Forwards, forward_pools
 from service.health import Watchdog
@@ -97,6 +97,7 @@ class ModelCore:
             deadline=lambda job: float(job.deadlines.max()),
             expired=lambda job: expired_scores(job.texts, labels),
             concurrency=self.parallel,
+            taken=note_idle,
         )
         if self.calibration and self._runs_inline(PAD_MULTIPLE):  # the smallest forward
             found = self.calibration
@@ -148,10 +149,13 @@ class ModelCore:
             **asdict(self.tally),
         }
 
-    async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
-        """Probabilities for every text of a call, or EXPIRED where its time budget ran out."""
+    async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> CallResult:
+        """Probabilities for every text of a call, or EXPIRED where its time budget ran out,
+        and the seconds the call waited for company in an idle model."""
         now = time.monotonic()
-        return await self.batcher.submit(Job(packed, now + budgets_s.astype(np.float64), now))
+        job = Job(packed, now + budgets_s.astype(np.float64), now)
+        probs, status = await self.batcher.submit(job)
+        return probs, status, job.idle_s
 
     def _runs_inline(self, padded_tokens: int) -> bool:
         """Whether a forward of `padded_tokens` costs (calibrated) no more than the inline limit.

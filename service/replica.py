@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
-from service.encoding import Packed, Scored
+from service.encoding import CallResult, Packed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +42,7 @@ class ModelReplica:
         """What serves: replica, model, device, dtype, labels and the batch knobs in force."""
         return await self.core.info()
 
-    async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> Scored:
-        """Probabilities for every text of a call, or EXPIRED where its time budget ran out."""
+    async def infer(self, packed: Packed, budgets_s: npt.NDArray[np.float32]) -> CallResult:
+        """Probabilities for every text of a call, or EXPIRED where its time budget ran out,
+        and the seconds it waited for company."""
         return await self.core.infer(packed, budgets_s)

@@ -107,6 +107,21 @@ async def test_an_idle_model_waits_briefly_for_company() -> None:
 
 
 @on_loop
+async def test_taken_hears_which_batches_an_idle_model_gathered() -> None:
+    model = Model()
+    taken: list[tuple[list[str], bool]] = []
+    b = Batcher(
+        model.run, len, 100, 1000, 0.05, taken=lambda items, idle: taken.append((items, idle))
+    )
+    busy = await occupy(model, b)  # gathered by an idle model
+    queued = asyncio.create_task(b.submit("q"))  # waits for the model, not for company
+    await until(lambda: b.queued == 1)
+    model.gate.set()
+    assert await busy == "Z" and await queued == "Q"
+    assert taken == [(["z"], True), (["q"], False)]
+
+
+@on_loop
 async def test_a_full_batch_does_not_wait_out_the_timeout() -> None:
     model = Model()
     b = batcher(model, max_items=2, wait_s=30.0)

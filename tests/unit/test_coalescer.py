@@ -11,19 +11,22 @@ import pytest
 
 from service.chunking import WindowEncoder
 from service.coalescer import Coalescer
-from service.encoding import EXPIRED, FAILED, Packed, Scored
+from service.encoding import EXPIRED, FAILED, CallResult, Packed
 from service.errors import DeadlineExceeded, InternalError
 
 
 class FakeModel:
     """Answers each text with [len, 1 - len] after a pause; records every call."""
 
-    def __init__(self, pause_s: float = 0.05, expire: set[int] | None = None) -> None:
+    def __init__(
+        self, pause_s: float = 0.05, expire: set[int] | None = None, idle_s: float = 0.0
+    ) -> None:
         self.pause_s = pause_s
         self.expire = expire or set()  # call numbers whose first text reports EXPIRED
+        self.idle_s = idle_s  # of each pause, the part it reports as a wait for company
         self.calls: list[int] = []
 
-    async def __call__(self, packed: Packed, budgets: np.ndarray) -> Scored:
+    async def __call__(self, packed: Packed, budgets: np.ndarray) -> CallResult:
         self.calls.append(len(packed))
         assert len(budgets) == len(packed) and (budgets > 0).all()
         await asyncio.sleep(self.pause_s)
@@ -32,7 +35,7 @@ class FakeModel:
         status = np.zeros(len(packed), dtype=np.uint8)
         if len(self.calls) in self.expire:
             status[0] = EXPIRED
-        return probs, status
+        return probs, status, self.idle_s
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +94,13 @@ def test_a_failed_call_fails_its_requests_and_the_next_call_still_runs(
 ) -> None:
     calls = 0
 
-    async def flaky(packed: Packed, budgets: np.ndarray) -> Scored:
+    async def flaky(packed: Packed, budgets: np.ndarray) -> CallResult:
         nonlocal calls
         calls += 1
         await asyncio.sleep(0.02)
         if calls == 1:
             raise RuntimeError("model replica died")
-        return np.zeros((len(packed), 2), np.float32), np.zeros(len(packed), np.uint8)
+        return np.zeros((len(packed), 2), np.float32), np.zeros(len(packed), np.uint8), 0.0
 
     async def main() -> list[object]:
         coalescer = Coalescer(flaky, max_texts=64, in_flight=1)
@@ -150,11 +153,11 @@ def test_a_request_gone_while_queued_leaves_the_queue_at_once(encoder: WindowEnc
 
 
 def test_a_failed_text_fails_only_its_own_request_with_a_500(encoder: WindowEncoder) -> None:
-    async def one_fails(packed: Packed, budgets: np.ndarray) -> Scored:
+    async def one_fails(packed: Packed, budgets: np.ndarray) -> CallResult:
         status = np.zeros(len(packed), dtype=np.uint8)
         if len(packed) > 1:  # the second call: "b", "c", "d"; "c" fails even alone
             status[1] = FAILED
-        return np.zeros((len(packed), 2), np.float32), status
+        return np.zeros((len(packed), 2), np.float32), status, 0.0
 
     async def main() -> list[object]:
         coalescer = Coalescer(one_fails, max_texts=64, in_flight=1)
@@ -198,7 +201,7 @@ def test_the_first_call_does_not_time_the_pace(encoder: WindowEncoder) -> None:
     first_pause = 0.6
     paced: list[tuple[int, float]] = []
 
-    async def cold_then_warm(packed: Packed, budgets: np.ndarray) -> Scored:
+    async def cold_then_warm(packed: Packed, budgets: np.ndarray) -> CallResult:
         model.pause_s = first_pause if not model.calls else 0.05
         return await model(packed, budgets)
 
@@ -215,3 +218,23 @@ def test_the_first_call_does_not_time_the_pace(encoder: WindowEncoder) -> None:
     # The first call had work behind it but is not timed; the second is; the third answered
     # nobody waiting.
     assert len(paced) == 1 and 0.05 <= paced[0][1] < first_pause, paced
+
+
+def test_a_wait_for_company_in_the_model_is_not_its_pace(encoder: WindowEncoder) -> None:
+    # With a batch wait, each call of a burst may sit in an idle model waiting for company:
+    # counted as work, the pace read a fraction of the model's and admission refused what it
+    # could answer in time.
+    model = FakeModel(pause_s=0.3, idle_s=0.25)
+    paced: list[tuple[int, float]] = []
+
+    async def main() -> None:
+        coalescer = Coalescer(
+            model, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
+        )
+        deadline = time.monotonic() + 10
+        futures = [coalescer.submit(encoder.encode([f"text {i}"]), deadline) for i in range(3)]
+        await asyncio.gather(*futures)
+
+    asyncio.run(main())
+    assert len(paced) == 1  # the second call: the first is not timed, the third had none behind
+    assert 0.05 <= paced[0][1] < 0.25, paced  # 0.3 s answered, 0.25 s of it idle

@@ -12,7 +12,7 @@ import pytest
 
 from service.chunking import WindowEncoder
 from service.coalescer import Coalescer, Reply
-from service.encoding import Packed, Scored
+from service.encoding import CallResult, Packed
 from service.errors import NotReady
 from service.failover import Failover, call_transport
 
@@ -32,7 +32,7 @@ class Model:
         self.budgets: list[np.ndarray] = []
         self.cancelled = 0
 
-    async def __call__(self, packed: Packed, budgets: np.ndarray) -> Scored:
+    async def __call__(self, packed: Packed, budgets: np.ndarray) -> CallResult:
         self.budgets.append(budgets.copy())
         if len(self.budgets) <= self.deaths:
             await asyncio.sleep(0.02)
@@ -43,7 +43,8 @@ class Model:
             self.cancelled += 1
             raise
         lengths = packed.lengths().astype(np.float32)
-        return np.stack([lengths, 1 - lengths], axis=1), np.zeros(len(packed), dtype=np.uint8)
+        probs = np.stack([lengths, 1 - lengths], axis=1)
+        return probs, np.zeros(len(packed), dtype=np.uint8), 0.0
 
 
 class Probe:

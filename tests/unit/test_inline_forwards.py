@@ -53,7 +53,7 @@ def replica(tiny_model_dir: Path) -> Iterator[ModelCore]:
     tier.forwards.executor.shutdown()
 
 
-def infer(replica: ModelCore, texts: list[str]) -> tuple[npt.NDArray[np.float32], Any]:
+def infer(replica: ModelCore, texts: list[str]) -> tuple[npt.NDArray[np.float32], Any, float]:
     encoder = TextEncoder.load(replica.settings.model_path, MAX_LEN)
     packed, _ = encoder.encode(texts)
 
@@ -64,7 +64,7 @@ def infer(replica: ModelCore, texts: list[str]) -> tuple[npt.NDArray[np.float32]
 
 
 def test_a_cheap_forward_runs_on_the_event_loop(replica: ModelCore, tiny_model_dir: Path) -> None:
-    probs, status = infer(replica, SAMPLE_TEXT[:1])
+    probs, status, _ = infer(replica, SAMPLE_TEXT[:1])
     assert replica.forwards.alone.threads == [threading.current_thread().name]  # type: ignore[attr-defined]
     assert (status == OK).all()
     # Its CPU is counted apart from the loop's own work (/readyz; the bench reads it).
@@ -76,7 +76,7 @@ def test_a_cheap_forward_runs_on_the_event_loop(replica: ModelCore, tiny_model_d
 
 def test_a_costly_forward_runs_on_the_forward_thread(replica: ModelCore) -> None:
     long_texts = [" ".join(SAMPLE_TEXT)] * 32  # 32 rows of 32 tokens: ~11 ms predicted
-    probs, status = infer(replica, long_texts)
+    probs, status, _ = infer(replica, long_texts)
     threads = replica.forwards.alone.threads  # type: ignore[attr-defined]
     assert threads and all(name.startswith("forward") for name in threads)
     assert (status == OK).all() and probs.shape == (32, 2)

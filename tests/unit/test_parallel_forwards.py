@@ -70,7 +70,7 @@ def test_two_calls_compute_at_once_and_answer_as_in_process(tiny_model_dir: Path
             two = tier.infer(second, np.full(2, 30.0, dtype=np.float32))
             return await asyncio.gather(one, two)
 
-        (p1, s1), (p2, s2) = asyncio.run(main())
+        (p1, s1, _), (p2, s2, _) = asyncio.run(main())
     finally:
         tier._stop.set()
         tier.forwards.executor.shutdown()
@@ -95,7 +95,7 @@ def test_one_batch_computes_its_forwards_side_by_side(tiny_model_dir: Path) -> N
         tier.forwards.alone = Overlap(tier.forwards.alone, both, seen)
         tier.forwards.beside = Overlap(tier.forwards.beside, both, seen)
         packed, _ = TextEncoder.load(tiny_model_dir, MAX_LEN).encode(SAMPLE_TEXT[:5])
-        probs, status = asyncio.run(tier.infer(packed, np.full(5, 30.0, dtype=np.float32)))
+        probs, status, _ = asyncio.run(tier.infer(packed, np.full(5, 30.0, dtype=np.float32)))
     finally:
         tier._stop.set()
         tier.forwards.executor.shutdown()
