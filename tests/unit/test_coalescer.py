@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.chunking import WindowEncoder
-from service.coalescer import Coalescer
+from service.coalescer import Coalescer, ModelCall
 from service.encoding import EXPIRED, FAILED, CallResult, Packed
 from service.errors import DeadlineExceeded, InternalError
 
@@ -194,26 +194,34 @@ def test_calls_with_work_queued_behind_them_time_the_pace(encoder: WindowEncoder
     assert all(0.05 <= s < 0.5 for _, s in paced), paced
 
 
-def test_the_first_call_does_not_time_the_pace(encoder: WindowEncoder) -> None:
-    # A replica's first call also opens its channel to the model replica: slow once. Timed,
-    # it would make a new ingress replica refuse what it could answer.
-    model = FakeModel(pause_s=0.05)
-    first_pause = 0.6
+def timed_burst(call: ModelCall, encoder: WindowEncoder) -> list[tuple[int, float]]:
+    """Three one-text requests at once, through one-row calls with one in flight: the
+    (tokens, seconds) of each call the coalescer timed for the pace."""
     paced: list[tuple[int, float]] = []
-
-    async def cold_then_warm(packed: Packed, budgets: np.ndarray) -> CallResult:
-        model.pause_s = first_pause if not model.calls else 0.05
-        return await model(packed, budgets)
 
     async def main() -> None:
         coalescer = Coalescer(
-            cold_then_warm, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
+            call, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
         )
         deadline = time.monotonic() + 10
         futures = [coalescer.submit(encoder.encode([f"text {i}"]), deadline) for i in range(3)]
         await asyncio.gather(*futures)
 
     asyncio.run(main())
+    return paced
+
+
+def test_the_first_call_does_not_time_the_pace(encoder: WindowEncoder) -> None:
+    # A replica's first call also opens its channel to the model replica: slow once. Timed,
+    # it would make a new ingress replica refuse what it could answer.
+    model = FakeModel(pause_s=0.05)
+    first_pause = 0.6
+
+    async def cold_then_warm(packed: Packed, budgets: np.ndarray) -> CallResult:
+        model.pause_s = first_pause if not model.calls else 0.05
+        return await model(packed, budgets)
+
+    paced = timed_burst(cold_then_warm, encoder)
     assert model.calls == [1, 1, 1]
     # The first call had work behind it but is not timed; the second is; the third answered
     # nobody waiting.
@@ -224,17 +232,6 @@ def test_a_wait_for_company_in_the_model_is_not_its_pace(encoder: WindowEncoder)
     # With a batch wait, each call of a burst may sit in an idle model waiting for company:
     # counted as work, the pace read a fraction of the model's and admission refused what it
     # could answer in time.
-    model = FakeModel(pause_s=0.3, idle_s=0.25)
-    paced: list[tuple[int, float]] = []
-
-    async def main() -> None:
-        coalescer = Coalescer(
-            model, max_texts=1, in_flight=1, paced=lambda t, s: paced.append((t, s))
-        )
-        deadline = time.monotonic() + 10
-        futures = [coalescer.submit(encoder.encode([f"text {i}"]), deadline) for i in range(3)]
-        await asyncio.gather(*futures)
-
-    asyncio.run(main())
+    paced = timed_burst(FakeModel(pause_s=0.3, idle_s=0.25), encoder)
     assert len(paced) == 1  # the second call: the first is not timed, the third had none behind
     assert 0.05 <= paced[0][1] < 0.25, paced  # 0.3 s answered, 0.25 s of it idle
