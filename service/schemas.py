@@ -33,6 +33,31 @@ SURROGATE_REASON = (
 )
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice: parsers disagree on which value wins (Python's keeps
+    the last, others the first), so the body is refused rather than read one way."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return data
+
+
+# One decoder, built once: as fast as json.loads on an ordinary body (measured), which makes
+# a decoder of its own whenever it is given a hook.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 def is_blank(text: str) -> bool:
     """True when no character of `text` can be seen: only whitespace, control, format
     (zero-width), separator, private-use or unassigned characters. Such a text carries nothing
@@ -167,7 +192,14 @@ def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyReque
         start = exc.start + len(raw) - len(body)
         raise BadRequest(f"body is not valid UTF-8 (byte {start})") from None
     try:
-        data: Any = json.loads(text)
+        data: Any = _DECODER.decode(text)
+    except DuplicateKey as exc:
+        key = json.dumps(exc.key)
+        key = key if len(key) <= 40 else key[:36] + '..."'
+        raise ValidationFailed(
+            "body names a key twice",
+            [{"field": "body", "reason": f"the key {key} appears more than once"}],
+        ) from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"body is not valid JSON: {exc.msg} at line {exc.lineno}") from None
     except RecursionError:
@@ -207,8 +239,8 @@ def plain_texts(raw: bytes, max_texts: int, max_chars: int) -> list[str] | None:
     rule), so the fast check changes no answer, only what an ordinary request costs.
     """
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = _DECODER.decode(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # DuplicateKey is a ValueError
         return None
     if type(data) is not dict or len(data) != 1:
         return None

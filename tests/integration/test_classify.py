@@ -108,9 +108,10 @@ def test_invalid_json_bodies_get_422_with_field(
         (b"\xff\xfe\x00garbage", 400, "bad_request"),
         (b"", 400, "bad_request"),
         (json.dumps({"texts": ["y" * 300] * 8}).encode() + b" " * 2000, 413, "payload_too_large"),
+        (b'{"text": "awful", "text": "great"}', 422, "validation_error"),  # which one is meant?
     ],
 )
-def test_undecodable_or_oversized_bodies(
+def test_undecodable_oversized_or_ambiguous_bodies(
     main_app: Deployed, raw: bytes, status: int, code: str
 ) -> None:
     response = requests.post(f"{main_app.url}/v1/classify", data=raw, timeout=30)

@@ -206,3 +206,23 @@ def test_the_character_limit_counts_characters_not_bytes(escape: bool) -> None:
     assert plain_texts(over, 3, limit) is None
     with pytest.raises(ValidationFailed, match="validation"):
         parse_request(over, model)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [(b'{"text": "awful", "text": "great"}', '"text"'),
+     (b'{"texts": ["a"], "texts": ["b"]}', '"texts"'),
+     (b'{"text": "ok", "x": {"y": 1, "y": 2}}', '"y"'),
+     (b'{"' + b"k" * 100 + b'": 1, "' + b"k" * 100 + b'": 2}', '"kkk')],
+)  # fmt: skip
+def test_a_key_named_twice_is_422_not_one_of_its_values(
+    model: type[ClassifyRequestBase], raw: bytes, key: str
+) -> None:
+    # Parsers disagree on which value wins: answering one of them would label a text the
+    # client may not have meant, and one a proxy in front may have checked the other.
+    assert plain_texts(raw, 100, 1000) is None  # the fast check leaves it to full validation
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(raw, model)
+    [detail] = info.value.details
+    assert detail["field"] == "body" and detail["reason"].startswith(f"the key {key}")
+    assert len(detail["reason"]) < 80
