@@ -27,6 +27,12 @@ HAPROXY_ENV = {
     # dead replica (it holds no connections) until HAProxy marks it down, after 3 errors.
     "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response junk-response",
     "RAY_SERVE_HAPROXY_RETRIES": "3",
+    # The high-throughput mode holds each replica's log lines back until 1,000 have come (or
+    # an ERROR): it spares the access log's writes. With the access log off, the lines left
+    # are the service's own few (warm-up, batch config, API keys file changes, a forward
+    # that failed): they never reached the replica's log file while it ran. Written at once;
+    # with SENTIMENT_ACCESS_LOG=true that is a write per request, as without this mode.
+    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1",
 }
 # Whatever the ingress: Ray's background work, trimmed where nothing needs it faster.
 LEAN_ENV = {
