@@ -29,6 +29,7 @@ from locust.runners import WorkerRunner
 
 from loadtest import corpus, shapes
 from loadtest.capacity import capacity, step_results
+from loadtest.flagtypes import COUNT, NOT_NEGATIVE, POSITIVE, SHARE, number
 from loadtest.scrape import ServerWatch, not_ready
 from loadtest.summary import slo_verdict, write
 from loadtest.timeline import Timeline
@@ -45,28 +46,40 @@ def _flags(parser: Any) -> None:
         parser.add_argument(flag, env_var=f"LOADTEST_{env}", **kw)
 
     add("--shape", "SHAPE", choices=shapes.SHAPES, default="steady", help="traffic shape")
-    add("--base-users", "BASE_USERS", type=int, default=8, help="users at baseline / per step")
-    add("--duration-s", "DURATION_S", type=float, default=60.0, help="steady/spike length")
-    add("--ramp-rate", "RAMP_RATE", type=float, default=10.0, help="users started per second")
-    add("--spike-factor", "SPIKE_FACTOR", type=float, default=5.0, help="spike = N x baseline")
-    add("--spike-at-s", "SPIKE_AT_S", type=float, default=None, help="default: 1/3 in")
-    add("--spike-hold-s", "SPIKE_HOLD_S", type=float, default=None, help="default: 1/3 of run")
-    add("--step-s", "STEP_S", type=float, default=20.0, help="length of each step")
-    add("--steps", "STEPS", type=int, default=5, help="number of steps")
-    add("--soak-s", "SOAK_S", type=float, default=1800.0, help="soak length")
-    add("--multi-ratio", "MULTI_RATIO", type=float, default=0.3, help="share of multi-text")
-    add("--texts-per-request", "TEXTS_PER_REQUEST", type=int, default=16, help="multi size")
-    add("--think-ms", "THINK_MS", type=float, default=50.0, help="mean pause between requests")
+    add("--base-users", "BASE_USERS", type=COUNT, default=8, help="users at baseline / per step")
+    add("--duration-s", "DURATION_S", type=POSITIVE, default=60.0, help="steady/spike length")
+    add("--ramp-rate", "RAMP_RATE", type=POSITIVE, default=10.0, help="users started per second")
+    add("--spike-factor", "SPIKE_FACTOR", type=number(float, 1), default=5.0, help="N x base")
+    add("--spike-at-s", "SPIKE_AT_S", type=NOT_NEGATIVE, default=None, help="default: 1/3 in")
+    add("--spike-hold-s", "SPIKE_HOLD_S", type=POSITIVE, default=None, help="default: 1/3 of run")
+    add("--step-s", "STEP_S", type=POSITIVE, default=20.0, help="length of each step")
+    add("--steps", "STEPS", type=COUNT, default=5, help="number of steps")
+    add("--soak-s", "SOAK_S", type=POSITIVE, default=1800.0, help="soak length")
+    add("--multi-ratio", "MULTI_RATIO", type=SHARE, default=0.3, help="share of multi-text")
+    add("--texts-per-request", "TEXTS_PER_REQUEST", type=COUNT, default=16, help="multi size")
+    add("--think-ms", "THINK_MS", type=NOT_NEGATIVE, default=50.0, help="mean pause, ms")
     add("--corpus", "CORPUS", default="", help="file, one text per line (default: generated)")
-    add("--max-requests", "MAX_REQUESTS", type=int, default=1_000_000, help="per process")
-    add("--slo-p99-ms", "SLO_P99_MS", type=float, default=500.0, help="p99 latency SLO")
-    add("--slo-error-ratio", "SLO_ERROR_RATIO", type=float, default=0.01, help="error SLO")
+    add("--max-requests", "MAX_REQUESTS", type=COUNT, default=1_000_000, help="per process")
+    add("--slo-p99-ms", "SLO_P99_MS", type=POSITIVE, default=500.0, help="p99 latency SLO")
+    add("--slo-error-ratio", "SLO_ERROR_RATIO", type=SHARE, default=0.01, help="error SLO")
     add("--metrics-url", "METRICS_URL", default="", help="comma-separated /metrics URLs")
-    add("--scrape-interval-s", "SCRAPE_INTERVAL_S", type=float, default=5.0, help="scrapes")
+    add("--scrape-interval-s", "SCRAPE_INTERVAL_S", type=POSITIVE, default=5.0, help="scrapes")
     add("--out", "OUT", default="results/loadtest", help="folder for summary.json/.md")
-    add("--peak-texts-per-s", "PEAK_TEXTS_PER_S", type=float, default=None, help="to plan for")
-    add("--headroom", "HEADROOM", type=float, default=0.7, help="plan at this utilisation")
-    add("--replicas", "REPLICAS", type=int, default=0, help="replicas serving (0: metrics)")
+    add("--peak-texts-per-s", "PEAK_TEXTS_PER_S", type=POSITIVE, default=None, help="to plan for")
+    add(
+        "--headroom",
+        "HEADROOM",
+        type=number(float, 0, 1, low_open=True),
+        default=0.7,
+        help="plan at this utilisation",
+    )
+    add(
+        "--replicas",
+        "REPLICAS",
+        type=number(int, 0),
+        default=0,
+        help="replicas serving (0: metrics)",
+    )
 
 
 def shape_config(options: Any) -> shapes.ShapeConfig:
