@@ -32,15 +32,20 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     settings = settings.model_copy(update={"torch_threads": local_threads(settings)})
     if address:
         try:
-            ray.init(address=address)
+            context = ray.init(address=address)
         except ConnectionError as exc:  # something answers there, but not a Ray cluster
             print(f"error: {exc}", file=sys.stderr)
             return 2
     else:
         # "local" always starts a fresh instance rather than joining one found on the machine.
-        ray.init(
+        context = ray.init(
             address="local", include_dashboard=False, _metrics_export_port=settings.metrics_port
         )
+    # Replicas log to files only (Ray's high-throughput mode keeps them off the terminal);
+    # a Ray Client context (ray://) has no session directory here to point at.
+    session = getattr(context, "address_info", {}).get("session_dir")
+    where = ", on each node" if address else ""
+    logs = f"  logs      {session}/logs/serve/  (a file per replica{where})\n" if session else ""
     serve.start(http_options={"host": settings.host, "port": settings.port})
     if not address:
         # Only now that this server holds its ports: a start that failed because another
@@ -77,6 +82,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         "  (ray_serve_* and ray_sentiment_*)\n"
         f"  ingress   {ingress}, {layout}\n"
         f"  backend   {_backend_line(settings)}\n"
+        f"{logs}"
         "Ctrl-C stops it; requests in flight finish first.",
         flush=True,
     )

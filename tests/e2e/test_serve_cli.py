@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,9 +50,14 @@ def send_until_refused(url: str, limit: int = 5000) -> list[requests.Response]:
     return answers
 
 
-def replica_lines(ray_tmp: Path, deployment: str) -> str:
-    """What the running service's `deployment` replicas have written to their Ray log files."""
-    logs = ray_tmp.glob(f"ray/session_latest/logs/serve/replica_*_{deployment}_*.log")
+def replica_lines(banner: Path, deployment: str, timeout: float = 30) -> str:
+    """What the running service's `deployment` replicas have written to their log files, in
+    the folder its banner names."""
+    deadline = time.monotonic() + timeout
+    while not (found := re.search(r"^  logs +(\S+)", banner.read_text(), re.MULTILINE)):
+        assert time.monotonic() < deadline, "the banner names no logs folder"
+        time.sleep(0.5)
+    logs = Path(found[1]).glob(f"replica_*_{deployment}_*.log")
     return "".join(path.read_text(errors="replace") for path in logs)
 
 
@@ -74,9 +79,7 @@ def serve_env(port: int, metrics_port: int) -> dict[str, str]:
 
 def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
-    # Ray's files in a directory of this test's (short: Ray's socket paths must stay short).
-    ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-    env = {**serve_env(port, metrics_port), "RAY_TMPDIR": str(ray_tmp)}
+    env = serve_env(port, metrics_port)
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "serve", "--model-path", str(tiny_model_dir)],
@@ -89,7 +92,7 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         assert response.status_code == 200 and len(response.json()["results"]) == 2
         # The replica's own lines reach its log file while it runs (Ray's high-throughput
         # mode held them back until 1,000 had come), and each answer names its request.
-        assert "request limits now" in replica_lines(ray_tmp, "SentimentIngress")
+        assert "request limits now" in replica_lines(tmp_path / "serve.log", "SentimentIngress")
         assert response.headers["x-request-id"]
         mine = {"x-request-id": "order-42-review-7"}
         response = requests.post(
@@ -130,7 +133,6 @@ def test_serve_command_end_to_end(tiny_model_dir: Path, tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
     output = (tmp_path / "serve.log").read_text()
     assert "Sentiment service is up" in output and f"{base}/docs" in output
     assert "HAProxy" in output, "the default ingress is Ray's high-throughput mode"
