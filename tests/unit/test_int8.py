@@ -227,3 +227,22 @@ def test_int8_made_for_vnni_is_refused_on_a_cpu_without_it(
     assert model.backend_name == "torch" and "lacks VNNI" in model.backend_reason
     monkeypatch.setattr("service.int8.reduce_range", lambda: False)  # one with VNNI
     assert SentimentModel.load(copy, device="cpu", backend="auto").backend_name == "onnx-int8"
+
+
+def test_the_warm_up_times_int8_forwards_without_the_fp32_recheck(
+    exported_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up's rows are copies of one text; when that text is close to call, every row
+    of a forward is rechecked, which real traffic rarely needs: timed so, the default model's
+    forwards read 2.5 times their cost, and admission took its first bursts for that much
+    more work. Each shape's first run still rechecks (it warms the FP32 graph up too); the
+    timed runs do not, and afterwards close answers are rechecked again."""
+    from service import backends
+    from service.calibration import calibrate, shapes
+
+    monkeypatch.setattr(backends, "INT8_RECHECK_MARGIN", 1.01)  # every answer is close
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend="onnx-int8")
+    calibrate(model, micro_batch_tokens=256)
+    assert model.rechecked_texts == sum(rows for _, rows in shapes(64, 256))  # first runs only
+    model.predict([model.encode(["fine"])[0].ids])
+    assert model.rechecked_texts == sum(rows for _, rows in shapes(64, 256)) + 1
