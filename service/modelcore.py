@@ -5,7 +5,8 @@ the ingress's own process.
 It does no per-request work. Each call carries the texts of many HTTP requests as two arrays
 (ids and offsets) with a time budget per text; calls are coalesced into dynamic batches when
 the model is free (service.batcher), cut into length-sorted forwards (service.batchrun), and
-answered with one probability array and one status array per call.
+answered with one probability array, one status array and the seconds the call waited for
+company in an idle model (admission's pace leaves that out: service.admission.Pace).
 """
 
 from __future__ import annotations
