@@ -137,8 +137,9 @@ class Batcher(Generic[T, R]):
                 await self._slot_freed.wait()
             batch = self._take()
             if batch:
-                self.taken([item for item, _ in batch], idle)
-                task = asyncio.get_running_loop().create_task(self._run(batch))
+                items = [item for item, _ in batch]
+                self.taken(items, idle)
+                task = asyncio.get_running_loop().create_task(self._run(batch, items))
                 self._running.add(task)
                 task.add_done_callback(self._finished)
                 self._idle = False
@@ -183,10 +184,10 @@ class Batcher(Generic[T, R]):
             self._remove(future)
         return batch
 
-    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]], items: list[T]) -> None:
         answered = [False] * len(batch)
         try:
-            async for part in self.run([item for item, _ in batch]):
+            async for part in self.run(items):
                 for index, result in part:
                     if answered[index]:
                         raise RuntimeError(f"item {index} of the batch answered twice")
