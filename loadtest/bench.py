@@ -26,8 +26,7 @@ from loadtest import clients, corpus, overhead, serving, tinymodel
 from loadtest.report import hardware, write_reports
 from loadtest.served import FULL, GPU, QUICK, serve_and_measure
 from service.backends import BACKENDS
-from service.cliargs import count, device, not_negative
-from service.modeldir import ModelLoadError, check_model_dir
+from service.cliargs import check_model_path, count, device, not_negative
 from service.settings import COMPILE_MODES, DTYPES
 
 
@@ -287,10 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             corpus.load(args.corpus, 0)
         except ValueError as exc:
             parser.error(f"--corpus {exc}")
-    try:  # the service's own rule, before minutes of start-up
-        check_model_dir(args.model_path)
-    except ModelLoadError as exc:
-        parser.error(f"--model-path: {exc}")
+    check_model_path(parser, args.model_path)
     results = run(args)
     table = write_reports(results, args.out)
     print("\n" + table)

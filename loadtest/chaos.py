@@ -34,8 +34,7 @@ from loadtest.clientload import AsyncClients, Load, ThreadClients
 from loadtest.httpload import bodies
 from loadtest.outage import Request, figures, markdown, timeline
 from loadtest.report import hardware
-from service.cliargs import count, not_negative, positive
-from service.modeldir import ModelLoadError, check_model_dir
+from service.cliargs import check_model_path, count, not_negative, positive
 
 APP = "chaos"
 MODEL = "SentimentModel"
@@ -244,10 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/chaos"))
     args = parser.parse_args(argv)
-    try:  # the service's own rule, before minutes of start-up
-        check_model_dir(args.model_path)
-    except ModelLoadError as exc:
-        parser.error(f"--model-path: {exc}")
+    check_model_path(parser, args.model_path)
     args.out.mkdir(parents=True, exist_ok=True)
     scenarios: list[dict[str, Any]] = []
     for replicas in args.replicas:

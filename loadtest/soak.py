@@ -27,8 +27,7 @@ from typing import Any
 from loadtest.ports import free_port
 from loadtest.rss import Sampler, summarise, table
 from loadtest.serving import sigterm_unwinds
-from service.cliargs import count, not_negative, positive
-from service.modeldir import ModelLoadError, check_model_dir
+from service.cliargs import check_model_path, count, not_negative, positive
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
@@ -155,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout-s", type=positive, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("results/soak"))
     args = parser.parse_args(argv)
-    try:  # the service's own rule, before minutes of start-up
-        check_model_dir(args.model_path)
-    except ModelLoadError as exc:
-        parser.error(f"--model-path: {exc}")
+    check_model_path(parser, args.model_path)
     # The service runs in a session of its own, so only this process can stop it: a SIGTERM
     # (`timeout`, a job's end) must unwind through `soak`'s finally, not end this one outright.
     with sigterm_unwinds():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 
 def counts(text: str) -> list[int]:
@@ -98,3 +99,14 @@ def device(text: str) -> str:
         return check_device(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_model_path(parser: argparse.ArgumentParser, path: Path) -> None:
+    """A usage error naming --model-path unless `path` holds a model the service would load
+    (its own rule), before a command's minutes of start-up."""
+    from service.modeldir import ModelLoadError, check_model_dir
+
+    try:
+        check_model_dir(path)
+    except ModelLoadError as exc:
+        parser.error(f"--model-path: {exc}")

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from service.cliargs import count, counts, device, one_of_each, ranged, size, whole
+from service.cliargs import (
+    check_model_path,
+    count,
+    counts,
+    device,
+    one_of_each,
+    ranged,
+    size,
+    whole,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,3 +68,13 @@ def test_bad_values_name_the_flag_and_what_it_takes(flag: str, value: str, says:
     message = str(info.value)
     assert message.startswith(f"argument {flag}: expected {says}"), message
     assert message.endswith(f", got {value!r}"), message
+
+
+def test_a_model_path_the_service_would_refuse_is_a_usage_error(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_model_path(argparse.ArgumentParser(prog="tool"), tiny_model_dir)  # a model: no error
+    with pytest.raises(SystemExit) as exit_:
+        check_model_path(argparse.ArgumentParser(prog="tool"), tmp_path)
+    assert exit_.value.code == 2
+    assert "tool: error: --model-path: no model at" in capsys.readouterr().err
