@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from service import __version__
+from service.apidocs import add_docs
 from service.errors import (
     BadRequest,
     InternalError,
@@ -57,7 +58,10 @@ def create_app() -> FastAPI:
         version=__version__,
         description="Sentiment labels and probabilities for product reviews and titles.",
         redirect_slashes=False,
+        docs_url=None,  # served by add_docs, without a CDN
+        redoc_url=None,
     )
+    add_docs(app)
 
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -155,4 +155,8 @@ def test_health_readiness_and_docs(main_app: Deployed) -> None:
     body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
     assert '"maxItems": 8' in body_schema and '"maxLength": 400' in body_schema
     assert "429" in spec["paths"]["/v1/classify"]["post"]["responses"]
-    assert requests.get(f"{main_app.url}/docs", timeout=10).status_code == 200
+    docs = requests.get(f"{main_app.url}/docs", timeout=10)
+    assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
+    # Served by the ingress itself through Ray Serve (no CDN): tests/unit/test_apidocs.py.
+    script = requests.get(f"{main_app.url}/docs/assets/swagger-ui-bundle.js", timeout=10)
+    assert script.status_code == 200 and b"SwaggerUIBundle" in script.content
