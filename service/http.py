@@ -177,8 +177,22 @@ async def send_json(
     await send({"type": "http.response.body", "body": body})
 
 
+# Bodies the docs pages offer to send. Without them Swagger UI's "Try it out" builds one from
+# the schema, with both `texts` and `text` set, and the service answers it 422.
+REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
+    "texts": {
+        "summary": "Several texts, answered in order",
+        "value": {"texts": ["great phone, fast delivery", "broke after a day"]},
+    },
+    "text": {
+        "summary": "One text",
+        "value": {"text": "The strap feels cheap, but the watch keeps perfect time."},
+    },
+}
+
+
 def document_request_body(app: FastAPI, path: str, model: type[ClassifyRequestBase]) -> None:
-    """Show the configured request model (with its limits) in /docs.
+    """Show the configured request model (with its limits) and examples in /docs.
 
     The endpoint reads the raw body itself (to answer 400/413 before JSON parsing), so FastAPI
     cannot infer the schema; it is filled in here once the limits are known.
@@ -187,7 +201,12 @@ def document_request_body(app: FastAPI, path: str, model: type[ClassifyRequestBa
     operation = schema["paths"][path]["post"]
     operation["requestBody"] = {
         "required": True,
-        "content": {"application/json": {"schema": model.model_json_schema()}},
+        "content": {
+            "application/json": {
+                "schema": model.model_json_schema(),
+                "examples": REQUEST_EXAMPLES,
+            }
+        },
     }
     app.openapi_schema = schema
 

@@ -142,8 +142,22 @@ class TextResult(BaseModel):
     )
 
 
+# What /docs shows for a 200: the answer to its first request example.
+RESPONSE_EXAMPLE: dict[str, Any] = {
+    "model": "default",
+    "results": [
+        {"label": "positive", "score": 0.98, "probabilities": {"negative": 0.02, "positive": 0.98},
+         "truncated": False, "windows": 1, "unknown_share": 0.0},
+        {"label": "negative", "score": 0.95, "probabilities": {"negative": 0.95, "positive": 0.05},
+         "truncated": False, "windows": 1, "unknown_share": 0.0},
+    ],
+}  # fmt: skip
+
+
 class ClassifyResponse(BaseModel):
     """One result per input text, in input order."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [RESPONSE_EXAMPLE]})
 
     model: str
     results: list[TextResult]

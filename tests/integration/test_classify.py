@@ -11,6 +11,7 @@ import requests
 from transformers import AutoTokenizer
 
 from service.model import SentimentModel
+from service.schemas import RESPONSE_EXAMPLE
 from tests.integration.conftest import Cluster, Deployed
 
 pytestmark = pytest.mark.integration
@@ -155,6 +156,15 @@ def test_health_readiness_and_docs(main_app: Deployed) -> None:
     body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
     assert '"maxItems": 8' in body_schema and '"maxLength": 400' in body_schema
     assert "429" in spec["paths"]["/v1/classify"]["post"]["responses"]
+    # What /docs offers to send ("Try it out") is answered.
+    examples = spec["paths"]["/v1/classify"]["post"]["requestBody"]["content"]
+    for example in examples["application/json"]["examples"].values():
+        sent = requests.post(f"{main_app.url}/v1/classify", json=example["value"], timeout=30)
+        texts = example["value"].get("texts") or [example["value"]["text"]]
+        assert sent.status_code == 200 and len(sent.json()["results"]) == len(texts)
+        # The answer /docs shows has every field a real one has, and no other.
+        assert sent.json().keys() == RESPONSE_EXAMPLE.keys()
+        assert sent.json()["results"][0].keys() == RESPONSE_EXAMPLE["results"][0].keys()
     docs = requests.get(f"{main_app.url}/docs", timeout=10)
     assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
     # Served by the ingress itself through Ray Serve (no CDN): tests/unit/test_apidocs.py.

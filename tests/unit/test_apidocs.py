@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from fastapi.testclient import TestClient
 
-from service.http import create_app
+from service.http import create_app, document_request_body
+from service.schemas import (
+    RESPONSE_EXAMPLE,
+    ClassifyResponse,
+    parse_request,
+    plain_texts,
+    request_model,
+)
+from service.settings import Settings
 
 JS_TYPES = ("text/javascript", "application/javascript")
 
@@ -53,3 +62,24 @@ def test_under_a_route_prefix_the_pages_point_below_it() -> None:
 def test_an_unknown_asset_is_a_404_in_the_error_shape() -> None:
     answer = TestClient(create_app()).get("/docs/assets/nothing.js")
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+def test_every_request_example_is_a_body_the_service_accepts() -> None:
+    app = create_app()
+
+    @app.post("/v1/classify")
+    async def classify() -> None: ...
+
+    limits = (Settings().max_texts_per_request, Settings().max_text_chars)
+    document_request_body(app, "/v1/classify", request_model(*limits))
+    body = app.openapi()["paths"]["/v1/classify"]["post"]["requestBody"]
+    examples = body["content"]["application/json"]["examples"]
+    assert {"text", "texts"} <= examples.keys()
+    for example in examples.values():
+        raw = json.dumps(example["value"]).encode()
+        texts = parse_request(raw, request_model(*limits)).all_texts()
+        assert texts and texts == plain_texts(raw, *limits)  # the lean path takes it as is
+
+
+def test_the_response_example_is_a_valid_answer() -> None:
+    assert ClassifyResponse.model_validate(RESPONSE_EXAMPLE).model_dump() == RESPONSE_EXAMPLE
