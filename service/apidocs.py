@@ -16,7 +16,6 @@ from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"  # below /docs, so one path prefix covers the pages and their files
-ASSET_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
 
 
 def add_docs(app: FastAPI) -> None:
