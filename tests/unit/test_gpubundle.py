@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tarfile
 from importlib import metadata
@@ -11,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from loadtest.gpubundle import PINNED, _dist_files, _norm, _prune, choose, unpack
+from loadtest.gpubundle import PINNED, _dist_files, _prune, choose, unpack
+from tests.requirements import direct_requirements
 
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -78,22 +80,16 @@ def test_the_install_s_programs_are_dropped_but_py_spy(tmp_path: Path) -> None:
     assert [p.name for p in (site / "bin").iterdir()] == ["py-spy"]
 
 
-def _names(requirements: list[str], extra: str | None = None) -> set[str]:
-    """Distribution names in requirement strings, those of `extra` only when given."""
-    names = set()
-    for req in requirements:
-        spec, _, marker = req.partition(";")
-        wanted = f'extra == "{extra}"' in marker if extra else "extra ==" not in marker
-        if wanted:
-            names.add(_norm(re.split(r"[\[<>=!~ ]", spec.strip(), maxsplit=1)[0]))
-    return names
+def _names(requirements: list[Requirement]) -> set[str]:
+    return {canonicalize_name(r.name) for r in requirements}
 
 
 def test_every_service_dependency_reaches_the_gpu_machine() -> None:
     """Each runtime dependency is pinned in the bundle, brought by ray[serve], or one the GPU
     machine has (torch, transformers and what transformers needs): a new dependency that is
     none of these would stop the service there at import."""
-    declared = _names(metadata.requires("sentiment-service") or [])  # pyproject's, installed
-    carried = {_norm(name) for name in PINNED} | _names(metadata.requires("ray") or [], "serve")
-    on_machine = {"torch", "transformers"} | _names(metadata.requires("transformers") or [])
+    declared = _names(direct_requirements("sentiment-service"))  # pyproject's, installed
+    serve = direct_requirements("ray", frozenset({"serve"}))
+    carried = {canonicalize_name(name) for name in PINNED} | _names(serve)
+    on_machine = {"torch", "transformers"} | _names(direct_requirements("transformers"))
     assert declared - carried - on_machine - {"ray"} == set()

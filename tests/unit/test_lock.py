@@ -10,6 +10,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
+from tests.requirements import requirements_closure
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "constraints" / f"py{sys.version_info.major}.{sys.version_info.minor}.txt"
 # TORCH_SPEC (Makefile) and TORCH_VERSION (Dockerfile) pick torch's build; pip freeze, which
@@ -30,27 +32,6 @@ def read_lock(path: Path) -> dict[NormalizedName, str]:
             name, version = line.split("==")
             pins[canonicalize_name(name)] = version
     return pins
-
-
-def requirements_closure(root: str, extras: set[str]) -> dict[NormalizedName, list[Requirement]]:
-    """Every requirement reached from `root[extras]` in the installed metadata, by name, with
-    markers evaluated for this interpreter (so the closure is this Python's)."""
-    found: dict[NormalizedName, list[Requirement]] = {}
-    todo = [(root, frozenset(extras))]
-    walked: set[tuple[NormalizedName, frozenset[str]]] = set()
-    while todo:
-        name, wanted = todo.pop()
-        key = (canonicalize_name(name), wanted)
-        if key in walked:
-            continue
-        walked.add(key)
-        for line in metadata.requires(name) or []:
-            req = Requirement(line)
-            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
-                continue
-            found.setdefault(canonicalize_name(req.name), []).append(req)
-            todo.append((req.name, frozenset(req.extras)))
-    return found
 
 
 @pytest.fixture(scope="module")
