@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope
 
 from service.admission import Admission
@@ -33,7 +33,6 @@ from service.errors import (
     NotReady,
     ServiceError,
     ShuttingDown,
-    error_response,
 )
 from service.failover import Failover, call_transport, pickled_calls, taken_by_replica
 from service.http import (
@@ -48,6 +47,7 @@ from service.http import (
 from service.liveconfig import LiveConfig
 from service.metrics import UNREADABLE_SHARE, IngressMetrics
 from service.modeldir import check_model_dir
+from service.probes import add_probes
 from service.render import answer_bytes, json_bytes
 from service.schemas import ClassifyResponse, parse_request, plain_texts, request_model
 from service.settings import Settings
@@ -164,39 +164,7 @@ class SentimentIngress:
 
     def _fastapi(self) -> FastAPI:
         api = create_app()
-
-        # HEAD answers as GET without the body (uptime monitors often send it); kept out of
-        # the OpenAPI spec, which would list each probe twice.
-        @api.head("/healthz", include_in_schema=False)
-        @api.get("/healthz")
-        async def healthz() -> dict[str, str]:
-            """Alive: the process answers."""
-            return {"status": "ok"}
-
-        @api.head("/readyz", include_in_schema=False)
-        @api.get("/readyz", responses={503: ERROR_RESPONSES[503]})
-        async def readyz() -> JSONResponse:
-            """Ready: a model replica has loaded and warmed its model, and answers."""
-            if self.drain.draining:
-                return error_response(ShuttingDown(self.settings.retry_after_s))
-            try:
-                info = await asyncio.wait_for(self._model_info(), 5.0)
-            except Exception:
-                return error_response(NotReady("model is loading or warming up"))
-            self.model_ready = True  # the model answered: classify must not say otherwise
-            ingress = serve.get_replica_context().replica_tag
-            pace = self.admission.pace.tokens_per_s
-            return JSONResponse(
-                {
-                    "status": "ready",
-                    **info,
-                    "ingress_replica": ingress,
-                    "ingress_pace_tokens_per_s": round(pace) if pace else None,
-                    "limits": self.live.limits(),
-                    # The ingress's refusal, else the model replica's (it may get another dict).
-                    "user_config_refused": self.live.refused or info.get("user_config_refused"),
-                }
-            )
+        add_probes(api, self._ready)
 
         @api.post(CLASSIFY_PATH, response_model=ClassifyResponse, responses=ERROR_RESPONSES)
         async def classify(request: Request) -> Response:
@@ -206,6 +174,26 @@ class SentimentIngress:
 
         document_request_body(api, CLASSIFY_PATH, self.request_model)
         return api
+
+    async def _ready(self) -> dict[str, Any]:
+        """What `/readyz` answers (service.probes.ReadyResponse), once the model answers."""
+        if self.drain.draining:
+            raise ShuttingDown(self.settings.retry_after_s)
+        try:
+            info = await asyncio.wait_for(self._model_info(), 5.0)
+        except Exception:
+            raise NotReady("model is loading or warming up") from None
+        self.model_ready = True  # the model answered: classify must not say otherwise
+        pace = self.admission.pace.tokens_per_s
+        return {
+            "status": "ready",
+            **info,
+            "ingress_replica": serve.get_replica_context().replica_tag,
+            "ingress_pace_tokens_per_s": round(pace) if pace else None,
+            "limits": self.live.limits(),
+            # The ingress's refusal, else the model replica's (it may get another dict).
+            "user_config_refused": self.live.refused or info.get("user_config_refused"),
+        }
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         """One classify request, start to end; never raises."""

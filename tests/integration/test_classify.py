@@ -11,6 +11,7 @@ import requests
 from transformers import AutoTokenizer
 
 from service.model import SentimentModel
+from service.probes import ReadyResponse
 from service.schemas import RESPONSE_EXAMPLE
 from tests.integration.conftest import Cluster, Deployed
 
@@ -152,6 +153,7 @@ def test_health_readiness_and_docs(main_app: Deployed) -> None:
     ready = requests.get(f"{main_app.url}/readyz", timeout=10)
     assert ready.status_code == 200
     assert ready.json()["model"] == "tiny" and ready.json()["device"] == "cpu"
+    ReadyResponse.model_validate(ready.json())  # the answer is what the spec documents
     spec = requests.get(f"{main_app.url}/openapi.json", timeout=10).json()
     body_schema = json.dumps(spec["paths"]["/v1/classify"]["post"]["requestBody"])
     assert '"maxItems": 8' in body_schema and '"maxLength": 400' in body_schema

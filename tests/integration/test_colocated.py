@@ -9,6 +9,7 @@ import pytest
 from ray import serve
 
 from service.model import SentimentModel
+from service.probes import ReadyResponse
 from tests.integration.conftest import Cluster
 from tests.integration.load import burst, singles
 
@@ -23,6 +24,7 @@ def test_one_replica_answers_like_the_model_in_process(
     assert set(deployments) == {"SentimentIngress"}, "no model deployment beside it"
     ready = app.ready()
     assert ready["replica"] == ready["ingress_replica"], "the model answers from the ingress"
+    assert ReadyResponse.model_validate(ready).model_calls == "in process"
 
     bodies = singles(12)
     responses = burst(app, bodies)
