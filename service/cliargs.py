@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from service.modeldir import ModelLoadError, check_model_dir
+
 
 def counts(text: str) -> list[int]:
     """`1,8,32` -> [1, 8, 32]: whole numbers of at least 1."""
@@ -104,8 +106,6 @@ def device(text: str) -> str:
 def check_model_path(parser: argparse.ArgumentParser, path: Path) -> None:
     """A usage error naming --model-path unless `path` holds a model the service would load
     (its own rule), before a command's minutes of start-up."""
-    from service.modeldir import ModelLoadError, check_model_dir
-
     try:
         check_model_dir(path)
     except ModelLoadError as exc:

@@ -70,7 +70,8 @@ def test_every_request_example_is_a_body_the_service_accepts() -> None:
     @app.post("/v1/classify")
     async def classify() -> None: ...
 
-    limits = (Settings().max_texts_per_request, Settings().max_text_chars)
+    settings = Settings()
+    limits = (settings.max_texts_per_request, settings.max_text_chars)
     document_request_body(app, "/v1/classify", request_model(*limits))
     body = app.openapi()["paths"]["/v1/classify"]["post"]["requestBody"]
     examples = body["content"]["application/json"]["examples"]
