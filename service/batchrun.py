@@ -1,6 +1,7 @@
 """One dynamic batch of the model core, computed.
 
-Expired texts are dropped; the rest are cut into length-sorted forwards (service.batching).
+Expired texts are dropped; the rest are cut into length-sorted forwards (service.batching),
+and a forward whose every text expires before it starts is skipped.
 A forward the calibration calls cheaper than a hand-off to a thread runs on the event loop;
 the others go to the forward threads, all at once in plan order. Each call is answered as
 soon as its last text is computed, while the rest of the batch still computes.
@@ -98,7 +99,8 @@ class BatchRunner:
         owner = np.repeat(np.arange(len(jobs)), counts)  # the call each text belongs to
         starts = np.concatenate(([0], np.cumsum(counts)))
         lengths = np.concatenate([job.packed.lengths() for job in jobs])
-        live = np.flatnonzero(np.concatenate([job.deadlines for job in jobs]) > now)
+        deadlines = np.concatenate([job.deadlines for job in jobs])
+        live = np.flatnonzero(deadlines > now)
         probs = np.zeros((len(owner), self.labels), dtype=np.float32)
         status = np.full(len(owner), EXPIRED, dtype=np.uint8)
         left = np.bincount(owner[live], minlength=len(jobs))
@@ -127,6 +129,8 @@ class BatchRunner:
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, owner[texts], 1)
+            if (ok == EXPIRED).all():  # skipped: every text expired before it started
+                return np.flatnonzero((left == 0) & (before > 0)).tolist()
             tally.forwards += 1
             tally.forward_texts += len(group_lengths)
             tally.forward_tokens += sum(group_lengths)
@@ -147,12 +151,16 @@ class BatchRunner:
                     jobs[k].packed.row(i - starts[k]) for i, k in zip(texts, calls, strict=True)
                 ]
                 group_lengths = lengths[texts].tolist()
+                until = float(deadlines[texts].max())  # after it, nobody reads this forward
                 if not self.inline(padded_cost(group_lengths, self.multiple)):
-                    threaded[self.forwards.run(rows)] = texts, group_lengths
+                    threaded[self.forwards.run(rows, until)] = texts, group_lengths
                     continue
-                cpu0 = time.thread_time()
-                result = self.forwards.alone(rows)
-                tally.loop_forward_cpu_s += time.thread_time() - cpu0
+                if time.monotonic() >= until:
+                    result = self.forwards.expired(len(rows))
+                else:
+                    cpu0 = time.thread_time()
+                    result = self.forwards.alone(rows)
+                    tally.loop_forward_cpu_s += time.thread_time() - cpu0
                 if finished := computed(texts, group_lengths, result, "event_loop"):
                     yield answers(finished)
                 await asyncio.sleep(0)  # let the loop read new requests and send answers

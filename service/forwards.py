@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from service.faults import with_faults
 from service.forwardproc import ForwardProcess
 from service.health import Watchdog
 from service.model import SentimentModel
-from service.retry import Computed, Forward, Probs, Rows, SplittingForward
+from service.retry import Computed, Forward, Probs, Rows, SplittingForward, expired_scores
 from service.settings import Settings
 
 Chain = Callable[[Rows], Computed]
@@ -107,7 +108,7 @@ class Forwards:
         failures: Any,
     ) -> None:
         self.executor = forward_threads(parallel)
-        labels = len(model.labels)
+        self.labels = labels = len(model.labels)
         self.watched = watched(model, watchdog, settings)  # the health probe's: no retries
         self.alone: Chain = splitting(self.watched, labels, failures)
         self.beside: Chain = self.alone  # one forward at a time: never beside another
@@ -116,13 +117,18 @@ class Forwards:
         self._lock = threading.Lock()
         self._computing = 0  # forwards started on the threads and not yet back
 
-    def run(self, rows: Rows) -> asyncio.Future[Computed]:
-        """One forward on the next free forward thread (queued, in order, while none is). The
-        executor's future itself, not a task around it: a task would cost the lone request a
-        turn of the event loop before its forward is even queued."""
-        return asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows)
+    def run(self, rows: Rows, until: float = math.inf) -> asyncio.Future[Computed]:
+        """One forward on the next free forward thread (queued, in order, while none is),
+        skipped if it starts at or after `until` (time.monotonic(): its texts' last deadline).
+        The executor's future itself, not a task around it: a task would cost the lone request
+        a turn of the event loop before its forward is even queued."""
+        return asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows, until)
 
-    def _start(self, rows: Rows) -> Computed:
+    def _start(self, rows: Rows, until: float) -> Computed:
+        # A forward whose every text expired while it waited for a thread is not computed:
+        # nobody reads it, and the requests behind it would wait for it.
+        if time.monotonic() >= until:
+            return self.expired(len(rows))
         # Chosen as it starts, not as it is queued: alone on every thread, beside another
         # on its share of them.
         with self._lock:
@@ -133,6 +139,10 @@ class Forwards:
         finally:
             with self._lock:
                 self._computing -= 1
+
+    def expired(self, texts: int) -> Computed:
+        """A skipped forward's answer: every text EXPIRED, no compute."""
+        return (*expired_scores(texts, self.labels), 0.0)
 
     async def probe(self, rows: Rows) -> tuple[Probs, float]:
         """One forward as the health check runs it: on a forward thread, watched, not retried."""
