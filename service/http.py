@@ -40,8 +40,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "is compressed (Content-Encoding other than identity)",
         422: "A field breaks a rule or a limit (details name the field and the reason)",
         429: "Overloaded; retry after the Retry-After header",
-        503: "No model replica is ready (loading, warming up or restarting); retry after "
-        "the Retry-After header",
+        503: "No model replica is ready (loading, warming up or restarting), or the service "
+        "is shutting down; retry after the Retry-After header",
         504: "Deadline passed before the texts were computed",
         500: "Unexpected failure; no internals are returned",
     }.items()
@@ -111,9 +111,14 @@ def check_content_type(value: bytes) -> None:
             f"Content-Type {shown} is not supported; send JSON with "
             "'Content-Type: application/json'"
         )
-    charset = params.lower().partition(b"charset=")[2].strip(b' "')
-    if charset and charset not in (b"utf-8", b"utf8", b"us-ascii"):
-        raise UnsupportedMediaType("JSON bodies must be UTF-8 (charset=utf-8)")
+    for param in params.lower().split(b";"):  # charset may sit among other parameters
+        name, _, charset = param.partition(b"=")
+        charset = charset.strip(b' "')
+        if name.strip() == b"charset" and charset not in (b"utf-8", b"utf8", b"us-ascii"):
+            shown = charset.decode("latin-1")[:40] or "empty"
+            raise UnsupportedMediaType(
+                f"charset {shown} is not supported; JSON bodies must be UTF-8 (charset=utf-8)"
+            )
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int, deadline: float) -> bytes:

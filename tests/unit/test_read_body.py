@@ -35,7 +35,9 @@ def read(sc: dict[str, Any], receive: Any, deadline_s: float = 5.0) -> bytes:
 @pytest.mark.parametrize(
     "content_type",
     [b"application/json", b"application/json; charset=utf-8", b"Application/JSON",
-     b"application/merge-patch+json", None],
+     b"application/merge-patch+json", b"application/json; charset=utf-8; version=2",
+     b'application/json;version=2; Charset="UTF-8"', b"application/json; xcharset=latin-1",
+     None],
 )  # fmt: skip
 def test_json_or_no_content_type_is_read(content_type: bytes | None) -> None:
     headers = [(b"content-type", content_type)] if content_type else []
@@ -45,12 +47,17 @@ def test_json_or_no_content_type_is_read(content_type: bytes | None) -> None:
 @pytest.mark.parametrize(
     "content_type",
     [b"text/plain", b"application/x-www-form-urlencoded", b"multipart/form-data; boundary=x",
-     b"", b"application/json; charset=latin-1", b"application/jsonp"],
+     b"", b"application/json; charset=latin-1", b"application/jsonp",
+     b"application/json; version=2; charset=latin-1", b"application/json; charset="],
 )  # fmt: skip
 def test_other_content_types_are_415(content_type: bytes) -> None:
     with pytest.raises(UnsupportedMediaType) as info:
         read(scope((b"content-type", content_type)), receiver(b"{}"))
     assert info.value.status == 415 and info.value.code == "unsupported_media_type"
+    if b"charset" in content_type:  # names what was sent, not only what is wanted
+        assert f"charset {content_type.partition(b'charset=')[2].decode() or 'empty'}" in str(
+            info.value.message
+        )
 
 
 @pytest.mark.parametrize("coding", [b"gzip", b"br", b"deflate, gzip"])
