@@ -107,9 +107,12 @@ class Behind(Overloaded):
 
 
 class NotReady(ServiceError):
-    """The model is not loaded or warmed up yet."""
+    """The model is not loaded or warmed up yet, or no model replica answers."""
 
     status, code, reason = 503, "not_ready", "not_ready"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
 
 
 class ShuttingDown(ServiceError):

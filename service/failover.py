@@ -65,7 +65,7 @@ class Failover:
 
     def refusal(self, message: str) -> NotReady:
         """503 in the service's error shape, with Retry-After."""
-        return NotReady(message, headers={"Retry-After": str(self.retry_after_s)})
+        return NotReady(message, self.retry_after_s)
 
     async def __call__(self, packed: Packed, budgets: npt.NDArray[np.float32]) -> CallResult:
         if not self.is_up():  # the model is known to be gone: no waiting for it

@@ -182,7 +182,7 @@ class SentimentIngress:
         try:
             info = await asyncio.wait_for(self._model_info(), 5.0)
         except Exception:
-            raise NotReady("model is loading or warming up") from None
+            raise NotReady("model is loading or warming up", self.settings.retry_after_s) from None
         self.model_ready = True  # the model answered: classify must not say otherwise
         pace = self.admission.pace.tokens_per_s
         return {
@@ -228,8 +228,7 @@ class SentimentIngress:
         if texts is None:  # unusual or invalid: full validation, with field-level details
             texts = parse_request(raw, self.request_model).all_texts()
         if not self.model_ready:
-            retry = {"Retry-After": str(s.retry_after_s)}
-            raise NotReady("model is loading, warming up or restarting", headers=retry)
+            raise NotReady("model is loading, warming up or restarting", s.retry_after_s)
         if self.drain.draining:
             raise ShuttingDown(s.retry_after_s)
         # A text is one row at least: admitted (and in flight for a drain) before tokenizing,

@@ -27,7 +27,7 @@ from service.errors import (
         (ValidationFailed("x", [{"field": "texts", "reason": "r"}]), 422, "validation_error"),
         (PayloadTooLarge("x"), 413, "payload_too_large"),
         (Overloaded("x", retry_after_s=2), 429, "overloaded"),
-        (NotReady("x"), 503, "not_ready"),
+        (NotReady("x", 1), 503, "not_ready"),
         (DeadlineExceeded("x"), 504, "deadline_exceeded"),
         (InternalError(), 500, "internal_error"),
     ],

@@ -19,14 +19,15 @@ def client_for(ready: Any) -> TestClient:
 
 def test_not_ready_and_draining_answer_503_in_the_error_shape() -> None:
     async def loading() -> dict[str, Any]:
-        raise NotReady("model is loading or warming up")
+        raise NotReady("model is loading or warming up", 1)
 
     async def draining() -> dict[str, Any]:
         raise ShuttingDown(3)
 
-    for ready, code in ((loading, "not_ready"), (draining, "shutting_down")):
+    for ready, code, retry in ((loading, "not_ready", "1"), (draining, "shutting_down", "3")):
         answer = client_for(ready).get("/readyz")
         assert answer.status_code == 503 and answer.json()["error"]["code"] == code
+        assert answer.headers["Retry-After"] == retry  # every 503 says when to come back
     assert client_for(loading).get("/healthz").json() == {"status": "ok"}
 
 
