@@ -155,11 +155,14 @@ class WindowEncoder:
     def _unknown_share(self, ids: list[int]) -> float:
         """Share of a text's tokens, special tokens not counted, that are the unknown token:
         a text the model cannot read (Chinese to an English vocabulary) still gets a
-        confident label, and this says so."""
+        confident label, and this says so. A text the tokenizer drops whole (only combining
+        marks, only U+FFFD) reads 1.0: the label is the model's verdict on an empty text."""
+        tokens = len(ids) - self.head - self.tail
+        if tokens <= 0:
+            return 1.0
         if self.unknown_id is None:
             return 0.0
-        tokens = len(ids) - self.head - self.tail
-        return ids.count(self.unknown_id) / tokens if tokens > 0 else 0.0
+        return ids.count(self.unknown_id) / tokens
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         """Every text's ids, special tokens included: word by word where the ASCII path takes

@@ -138,7 +138,8 @@ class TextResult(BaseModel):
         le=1,
         description="Share of the text's tokens the model's vocabulary lacks (its unknown "
         "token). Near 0 for a text in the model's languages; a high share (e.g. Chinese "
-        "sent to an English model) means the label is a guess from what little it could read.",
+        "sent to an English model) means the label is a guess from what little it could read; "
+        "1 when the tokenizer kept nothing of the text.",
     )
 
 

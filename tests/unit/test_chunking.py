@@ -95,6 +95,14 @@ def test_each_text_says_what_share_of_it_the_vocabulary_lacks(
     )
 
 
+def test_a_text_the_tokenizer_drops_whole_reads_as_unknown(tiny_model_dir: Path) -> None:
+    # Visible enough to pass validation, but BERT's normalizer removes every character.
+    texts = ["\u0301\u0301", "\ufffd", "great phone"]
+    request = WindowEncoder.load(tiny_model_dir, 32).encode(texts)
+    assert request.packed.lengths().tolist() == [2, 2, 4]  # [CLS] [SEP] alone
+    assert request.unknown == [1.0, 1.0, 0.0]
+
+
 def test_the_unknown_token_of_each_kind_of_tokenizer() -> None:
     wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     unigram = Tokenizer(models.Unigram([("<s>", 0.0), ("<unk>", 0.0), ("a", -1.0)], unk_id=1))
