@@ -137,7 +137,7 @@ class InternalError(ServiceError):
     status, code, reason = 500, "internal_error", "internal"
 
     def __init__(self) -> None:
-        super().__init__("internal error; the request was not processed")
+        super().__init__("internal error; no results were returned")
 
 
 def error_response(exc: ServiceError) -> JSONResponse:

@@ -28,7 +28,7 @@ BLANK_REASON = "text is empty or only whitespace, control or zero-width characte
 # What pydantic's "unable to parse raw data as a unicode string" means for a string that JSON
 # decoded: the one way such a string can fail to be text.
 SURROGATE_REASON = (
-    "text is not valid Unicode: it holds half of a UTF-16 surrogate pair (a \\ud800-\\udfff "
+    "{} is not valid Unicode: it holds half of a UTF-16 surrogate pair (a \\ud800-\\udfff "
     "escape without its other half, e.g. an emoji cut in two)"
 )
 
@@ -193,8 +193,10 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path or "body"
 
 
-def _reason(kind: str, message: str) -> str:
-    return SURROGATE_REASON if kind == "string_unicode" else message.removeprefix("Value error, ")
+def _reason(kind: str, message: str, field: str) -> str:
+    if kind == "string_unicode":  # a key has no field of its own: it is the body's
+        return SURROGATE_REASON.format("a key" if field == "body" else "text")
+    return message.removeprefix("Value error, ")
 
 
 def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyRequestBase:
@@ -230,10 +232,10 @@ def parse_request(raw: bytes, model: type[ClassifyRequestBase]) -> ClassifyReque
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        details = [
-            {"field": _field_path(e["loc"]), "reason": _reason(e["type"], e["msg"])}
-            for e in errors[:MAX_DETAILS]
-        ]
+        details = []
+        for e in errors[:MAX_DETAILS]:
+            field = _field_path(e["loc"])
+            details.append({"field": field, "reason": _reason(e["type"], e["msg"], field)})
         message = "request failed validation"
         if len(errors) > MAX_DETAILS:
             message += f": {len(errors)} problems, the first {MAX_DETAILS} in details"

@@ -187,6 +187,14 @@ def test_half_a_surrogate_pair_is_422_not_a_tokenizer_failure(
         parse_request(raw, model)
     [detail] = info.value.details
     assert detail["field"] == "texts[1]" and "surrogate pair" in detail["reason"]
+    assert detail["reason"].startswith("text is not valid Unicode")
+
+
+def test_half_a_surrogate_pair_in_a_key_blames_the_key(model: type[ClassifyRequestBase]) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        parse_request(b'{"texts": ["fine"], "\\ud83d": 1}', model)
+    [detail] = info.value.details
+    assert detail["field"] == "body" and detail["reason"].startswith("a key is not valid Unicode")
 
 
 def test_a_whole_surrogate_pair_is_one_character(model: type[ClassifyRequestBase]) -> None:
