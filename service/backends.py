@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from service.artifacts import EXPORT_DIR, ExportMismatch, checked_export, fastest_backend
+from service.artifacts import ExportMismatch, checked_export, fastest_backend
 from service.batching import pad_multiple, plan_micro_batches, round_up
 from service.int8 import unsafe_here as int8_unsafe_here
+from service.ortproviders import missing_provider, providers_for, trt_profile
 from service.settings import COMPILE_MODES
 
 BACKENDS = ("torch", "onnx", "onnx-int8", "tensorrt")
@@ -199,57 +200,42 @@ class OrtBackend:
 
 def resolve_backend(name: str, model_dir: Path, device: torch.device) -> tuple[str, str]:
     """The concrete backend for a setting, and why: `auto` reads the recorded measurement,
-    falling back to torch when the measured backend cannot run here."""
+    falling back to torch when the measured backend cannot run here (no runtime or provider,
+    INT8 unsafe on this CPU, an export missing or changed since); a named one fails at load."""
     if name != "auto":
         if name not in BACKENDS:
             raise BackendError(f"unknown backend {name!r}; use auto or one of {BACKENDS}")
         return name, "asked for"
     best, why = fastest_backend(model_dir, device.type)
-    if best != "torch" and _missing(best, device) is not None:
-        return "torch", f"{best} was measured fastest but cannot run here: {_missing(best, device)}"
-    if best == "onnx-int8" and (unsafe := int8_unsafe_here(model_dir)) is not None:
-        return "torch", f"{best} was measured fastest but cannot run here: {unsafe}"
+    try:
+        if best != "torch":
+            checked_files(best, model_dir, device)
+    except BackendError as exc:
+        return "torch", f"{best} was measured fastest, but {exc}"
     return best, why
 
 
-def _missing(name: str, device: torch.device) -> str | None:
-    """Why backend `name` cannot run on `device`, or None when it can."""
+def checked_files(name: str, model_dir: Path, device: torch.device) -> tuple[Path, Path | None]:
+    """The verified export ONNX Runtime backend `name` runs here and, for onnx-int8, the FP32
+    graph it rechecks close answers on; BackendError says what is missing or stale."""
+    reason = missing_provider(name, device)
+    if reason is not None:
+        hint = " TensorRT is untested in this project." if name == "tensorrt" else ""
+        raise BackendError(f"backend {name!r} cannot run on {device}: {reason}.{hint}")
+    if name == "onnx-int8" and device.type != "cpu":
+        raise BackendError("onnx-int8 runs on the CPU only; use onnx or tensorrt on a GPU")
+    if name == "onnx-int8" and (unsafe := int8_unsafe_here(model_dir)) is not None:
+        raise BackendError(f"backend 'onnx-int8' cannot run here: {unsafe}")
     try:
-        import onnxruntime as ort
-    except ImportError:
-        return "onnxruntime is not installed (pip install 'sentiment-service[onnx]')"
-    available = ort.get_available_providers()
-    need = _providers(name, device, Path("."))[0]
-    provider = need if isinstance(need, str) else need[0]
-    if provider not in available:
-        return f"ONNX Runtime here has no {provider} (it has {', '.join(available)})"
-    return None
-
-
-def _providers(name: str, device: torch.device, model_dir: Path) -> list[Any]:
-    gpu: dict[str, Any] = {"device_id": device.index or 0}
-    if name == "tensorrt":
-        cache = str(Path(model_dir) / EXPORT_DIR / "trt-cache")
-        trt = {**gpu, "trt_fp16_enable": True, "trt_engine_cache_enable": True}
-        trt["trt_engine_cache_path"] = cache
-        return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", gpu)]
-    if device.type == "cuda":
-        return [("CUDAExecutionProvider", gpu)]
-    return ["CPUExecutionProvider"]
-
-
-def trt_profile(max_rows: int, max_length: int) -> dict[str, str]:
-    """TensorRT optimisation profile covering every shape the service sends: 1..max_rows rows
-    of 1..max_length tokens (one engine for all buckets, built once and cached)."""
-    shapes = {
-        "min": (1, 1),
-        "opt": (max(1, max_rows // 4), min(64, max_length)),
-        "max": (max_rows, max_length),
-    }
-    return {
-        f"trt_profile_{k}_shapes": f"input_ids:{r}x{w},attention_mask:{r}x{w}"
-        for k, (r, w) in shapes.items()
-    }
+        path = checked_export(model_dir, name)
+    except ExportMismatch as exc:
+        raise BackendError(str(exc)) from exc
+    if name != "onnx-int8":
+        return path, None
+    try:
+        return path, checked_export(model_dir, "onnx")
+    except ExportMismatch as exc:
+        raise BackendError(f"onnx-int8 rechecks close answers on the FP32 graph: {exc}") from exc
 
 
 def load_ort(
@@ -260,20 +246,9 @@ def load_ort(
     trt_shapes: tuple[int, int] = (512, 256),
 ) -> OrtBackend:
     """An ONNX Runtime backend on the verified export; BackendError says what is missing."""
-    reason = _missing(name, device)
-    if reason is not None:
-        hint = " TensorRT is untested in this project." if name == "tensorrt" else ""
-        raise BackendError(f"backend {name!r} cannot run on {device}: {reason}.{hint}")
-    if name == "onnx-int8" and device.type != "cpu":
-        raise BackendError("onnx-int8 runs on the CPU only; use onnx or tensorrt on a GPU")
-    if name == "onnx-int8" and (unsafe := int8_unsafe_here(model_dir)) is not None:
-        raise BackendError(f"backend 'onnx-int8' cannot run here: {unsafe}")
+    path, exact = checked_files(name, model_dir, device)
     import onnxruntime as ort
 
-    try:
-        path = checked_export(model_dir, name)
-    except ExportMismatch as exc:
-        raise BackendError(str(exc)) from exc
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Each forward runs on a forward thread of its own (service.forwards), its ops in order;
@@ -284,15 +259,11 @@ def load_ort(
     # need between forwards: at one client the served default model answered 21% more
     # requests without it (docs/benchmarks-history.md), and the in-process limit did not move.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    providers = _providers(name, device, model_dir)
+    providers = providers_for(name, device, model_dir)
     if name == "tensorrt":
         providers[0][1].update(trt_profile(*trt_shapes))
     session = ort.InferenceSession(str(path), options, providers=providers)
-    if name != "onnx-int8":
+    if exact is None:
         return OrtBackend(name, session)
-    try:
-        exact = checked_export(model_dir, "onnx")
-    except ExportMismatch as exc:
-        raise BackendError(f"onnx-int8 rechecks close answers on the FP32 graph: {exc}") from exc
     recheck = ort.InferenceSession(str(exact), options, providers=providers)
     return OrtBackend(name, session, INT8_RUN_TOKENS, recheck)

@@ -7,8 +7,8 @@ Writes into `DIR/onnx/` (see service.artifacts) and leaves the Hugging Face file
                    skip layer norms, bias+GELU): what the `onnx` backend runs.
   model-int8.onnx  (--quantize int8) dynamic INT8 of the fused graph, smoothed on calibration
                    texts (see service.int8).
-Each file is checked against torch before it replaces anything; running again with the same
-weights, options and library versions does nothing.
+Every file is checked against torch (INT8 within a looser bound) before any of them replaces
+anything; running again with the same weights, options and library versions does nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 OPSET = 17
 PLAIN, FUSED, INT8 = "model.onnx", "model-opt.onnx", "model-int8.onnx"
 FP32_TOLERANCE = 1e-4  # max abs difference of probabilities vs torch on the export check
+# INT8 moves probabilities more: on the check rows the default model's INT8 graph read 0.005
+# (7-bit or unsmoothed: 0.008-0.012), while a graph that computes another model (INT8 gone
+# wrong) moves them by tenths. Several times what was measured leaves room for other CPUs.
+INT8_TOLERANCE = 0.05
 FUSABLE = ("bert", "roberta", "distilbert", "xlm-roberta", "electra")
 FP32_OPTIONS: dict[str, Any] = {"opset": OPSET, "exporter": "torchscript", "fusions": "bert"}
 CALIBRATION_MAX_TOKENS = 256  # INT8 calibration texts are cut as the service cuts them
@@ -188,10 +192,16 @@ def export_onnx(
             rows = calibration_rows(model_dir, calibration) if calibration else None
             layers = model.config.num_hidden_layers
             quantize_int8(tmp[FUSED] if fuse else tmp[PLAIN], tmp[INT8], layers, rows)
-        for name in wanted:
-            diff = _check(model, tmp[name])
-            if name != INT8 and diff > FP32_TOLERANCE:
-                raise ExportMismatch(f"{name} differs from torch by {diff:.1e}; nothing written")
+        # Every file is checked before any replaces its old copy: a failure writes nothing.
+        diffs = {name: _check(model, tmp[name]) for name in wanted}
+        for name, diff in diffs.items():
+            bound = INT8_TOLERANCE if name == INT8 else FP32_TOLERANCE
+            if not diff <= bound:  # NaN too
+                raise ExportMismatch(
+                    f"{name} differs from torch by {diff:.1e} (at most {bound:g} allowed); "
+                    "nothing written"
+                )
+        for name, diff in diffs.items():
             exports[name] = {
                 "sha256": file_sha256(tmp[name]),
                 "weights_sha256": weights,
