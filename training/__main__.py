@@ -8,17 +8,29 @@ Run under `torchrun --nproc-per-node N -m training train ...` for data-parallel 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from service.cliargs import count, not_negative, positive, ranged, whole
-from training.data import ACCEPTED_LABELS, DataError, clean, load_examples, stratified_split
+from training.data import (
+    ACCEPTED_LABELS,
+    CleanStats,
+    DataError,
+    Example,
+    clean,
+    drop_seen,
+    load_examples,
+    stratified_split,
+)
 from training.distributed import DEVICES
 from training.loop import TrainConfig
 from training.optim import AMP_MODES
 from training.pipeline import RunSpec, check_encoder_dir, fine_tune
 from training.probecli import add_probe_parser, run_probe
+from training.staging import staged, staging_dir
 from training.strategy import STRATEGIES, SetupError
 
 _DEFAULTS = TrainConfig()
@@ -43,7 +55,9 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
     p.add_argument("--out", type=Path, required=True, help="model directory to write")
-    p.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a model in --out (once the run is done)"
+    )
     p.add_argument("--test-fraction", type=_FRACTION, default=0.1)
     p.add_argument("--epochs", type=count, default=_DEFAULTS.epochs)
     p.add_argument("--max-steps", type=whole, default=0, help="optimizer steps (0: use --epochs)")
@@ -65,7 +79,9 @@ def _train_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--device", choices=DEVICES, default="auto", help="cuda: the LOCAL_RANK GPU")
     p.add_argument("--threads", type=whole, default=0, help="torch threads (0: default)")
     p.add_argument("--checkpoint-every", type=whole, default=500, help="steps (0: epoch ends)")
-    p.add_argument("--resume", type=Path, help="checkpoint directory (OUT/checkpoint)")
+    p.add_argument(
+        "--resume", type=Path, help="checkpoint directory (a stopped run's OUT.building/checkpoint)"
+    )
     p.add_argument("--keep-checkpoint", action="store_true")
 
 
@@ -170,19 +186,39 @@ def _check_out(out: Path, overwrite: bool) -> None:
             f"--out {out} already holds a model; choose another directory, or pass "
             "--overwrite to replace it"
         )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise SetupError(f"--out {out}: cannot make a directory there (a file has that name)")
+    try:  # the run writes beside OUT first and swaps it in at the end (training/staging.py)
+        staging_dir(out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SetupError(f"--out {out}: cannot make a directory there ({exc.strerror})") from None
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train_and_test(
+    args: argparse.Namespace, writer: bool
+) -> tuple[list[Example], list[Example], CleanStats, dict[str, Any]]:
+    """Training rows, held-out rows, the cleaning figures and how the split was made."""
     examples, stats = clean(load_examples(args.data, args.text_column, args.label_column))
-    if args.test_data:
-        test, _ = clean(load_examples(args.test_data, args.text_column, args.label_column))
-        train = examples
-    else:
+    if not args.test_data:
         train, test = stratified_split(examples, args.test_fraction, args.seed)
+        return train, test, stats, {"test_fraction": args.test_fraction, "seed": args.seed}
+    given, _ = clean(load_examples(args.test_data, args.text_column, args.label_column))
+    test, seen = drop_seen(given, examples)  # a held-out row the model trained on proves nothing
+    if writer:
+        print(
+            f"--test-data: {seen} of its {len(given)} rows are also in --data and were dropped; "
+            f"{len(test)} held-out rows",
+            flush=True,
+        )
+    if not test:
+        raise DataError(f"{args.test_data}: every row is also in {args.data}; none is held out")
+    rule = {"rule": "separate test file", "test_file": args.test_data.name}
+    return examples, test, stats, {**rule, "test_rows_in_training_dropped": seen}
+
+
+def _train(args: argparse.Namespace) -> int:
+    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun rank 0 writes the model
+    train, test, stats, split = _train_and_test(args, writer)
     cfg = TrainConfig(
         epochs=args.epochs,
         max_steps=args.max_steps,
@@ -202,7 +238,7 @@ def _train(args: argparse.Namespace) -> int:
     )
     spec = RunSpec(
         model_path=args.model,
-        out=args.out,
+        out=staging_dir(args.out),
         cfg=cfg,
         max_length=args.max_length,
         device=args.device,
@@ -212,11 +248,14 @@ def _train(args: argparse.Namespace) -> int:
         sources=[
             f"`{args.data.name}`" + (f", test `{args.test_data.name}`" if args.test_data else "")
         ],
-        extra={"split": {"test_fraction": args.test_fraction, "seed": args.seed}},
+        extra={"split": split},
     )
     check_encoder_dir(args.model)
     _check_out(args.out, args.overwrite)
-    fine_tune(spec, train, test, stats)
+    with staged(args.out, keep=args.resume, writer=writer):
+        fine_tune(spec, train, test, stats)
+    if writer:
+        print(f"wrote {args.out}", flush=True)
     return 0
 
 

@@ -44,6 +44,15 @@ def _chunked_note(metrics: dict[str, Any]) -> list[str]:
     ]
 
 
+def _resumed(metrics: dict[str, Any]) -> list[str]:
+    step = metrics.get("resumed_from_step")
+    if not step:
+        return []
+    return [
+        f"- Resumed from a checkpoint at step {step}: the loss and time below cover later steps"
+    ]
+
+
 def _split_counts(split: dict[str, Any]) -> list[str]:
     """Rows per source on each side of the split, as a table (licences sit with the sources)."""
     train, test = split.get("train") or {}, split.get("test") or {}
@@ -58,6 +67,33 @@ def _split_counts(split: dict[str, Any]) -> list[str]:
     if trained:
         rows += ["", "Rows trained on differ where long texts were cut into chunks."]
     return rows
+
+
+def _split_lines(metrics: dict[str, Any], split: dict[str, Any]) -> list[str]:
+    """How the held-out rows were chosen, with the split's own row counts; the rows trained
+    on (more where long texts were cut into chunks) are a separate, labelled figure."""
+    per_source = split.get("train") or {}
+    trained = metrics.get("train_rows")
+    split_train = sum(sum(c.values()) for c in per_source.values()) if per_source else trained
+    if "test_file" in split:  # --test-data: no fraction or seed was involved
+        how = (
+            f"separate test file `{split['test_file']}` "
+            f"({split.get('test_rows_in_training_dropped', 0)} of its rows were also training "
+            "rows, ignoring case and spacing, and were dropped)"
+        )
+    else:
+        how = (
+            f"{split.get('rule', 'stratified by source and label')}, test fraction "
+            f"{split.get('test_fraction')}, seed {split.get('seed')}"
+        )
+    lines = ["", f"Split: {how}: {split_train} train / {metrics.get('test_rows')} test rows."]
+    if trained is not None and trained != split_train:
+        lines += [
+            "",
+            f"Rows trained on: {trained} (the {split_train} training rows, long texts cut into "
+            "chunks).",
+        ]
+    return lines
 
 
 def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> str:
@@ -81,19 +117,13 @@ def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> 
     if cleaning:
         lines += [
             "",
-            f"Cleaning: {cleaning['rows_in']} rows in; {cleaning['duplicates_dropped']} "
+            f"Cleaning{' (training file)' if 'test_file' in split else ''}: "
+            f"{cleaning['rows_in']} rows in; {cleaning['duplicates_dropped']} "
             f"duplicates and {cleaning['conflicting_texts_dropped']} texts labelled both ways "
             f"dropped; {cleaning['rows_out']} rows kept.",
         ]
     if split:
-        lines += [
-            "",
-            f"Split: {split.get('rule', 'stratified by source and label')}, test fraction "
-            f"{split.get('test_fraction')}, "
-            f"seed {split.get('seed')}: {metrics.get('train_rows')} train / "
-            f"{metrics.get('test_rows')} test rows.",
-            *_split_counts(split),
-        ]
+        lines += [*_split_lines(metrics, split), *_split_counts(split)]
     lines += ["", "## Results (held-out test split)", ""]
     if metrics.get("per_group"):
         lines += [*_score_rows(metrics, "per_group", "held-out set"), ""]
@@ -110,6 +140,7 @@ def render_card(title: str, metrics: dict[str, Any], sources: Sequence[str]) -> 
         f"{cfg.get('max_length')}, seed {cfg.get('seed')}, AMP {cfg.get('amp')}, "
         f"{str(cfg.get('strategy', 'ddp')).upper()}"
         + (", gradient checkpointing" if cfg.get("gradient_checkpointing") else ""),
+        *_resumed(metrics),
         f"- Training loss: {metrics.get('first_loss')} (first steps) -> "
         f"{metrics.get('last_loss')} (last steps)",
         f"- Training time: {metrics.get('train_seconds')} s"

@@ -32,3 +32,24 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a checkpoint directory ({CHECKPOINT_FILE} missing)")
     state: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
     return state
+
+
+# Settings a resumed run may change: they decide when checkpoints are written, or (activation
+# checkpointing) trade memory for compute with the same losses. Every other setting shapes the
+# optimisation the checkpoint is part of; a new field is compared unless it is listed here.
+FREE_TO_CHANGE = frozenset({"checkpoint_every", "checkpoint_each_epoch", "gradient_checkpointing"})
+
+
+def config_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`--flag OLD (now NEW)` for each setting of `now` that differs from the checkpoint's.
+
+    A setting the checkpoint does not record (an older checkpoint) cannot be compared. With
+    the same `max_steps` set, `epochs` has no effect, so it may differ."""
+    same_steps = bool(saved.get("max_steps")) and saved.get("max_steps") == now.get("max_steps")
+    changes = []
+    for key, value in now.items():
+        if key in FREE_TO_CHANGE or key not in saved or (key == "epochs" and same_steps):
+            continue
+        if saved[key] != value:
+            changes.append(f"--{key.replace('_', '-')} {saved[key]} (now {value})")
+    return changes

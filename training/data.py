@@ -190,6 +190,11 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
+def dedupe_key(text: str) -> str:
+    """What `clean` counts as the same text: whitespace collapsed, case ignored."""
+    return normalize_text(text).casefold()
+
+
 def clean(examples: Sequence[Example]) -> tuple[list[Example], CleanStats]:
     """Normalize whitespace, drop exact duplicates and every text that carries both labels.
 
@@ -204,7 +209,7 @@ def clean(examples: Sequence[Example]) -> tuple[list[Example], CleanStats]:
         if not text:
             empty += 1
             continue
-        key = text.casefold()
+        key = dedupe_key(text)
         labels[key].add(ex.label)
         first.setdefault(key, Example(text, ex.label, ex.source, ex.group))
     conflicts = {k for k, v in labels.items() if len(v) > 1}
@@ -217,6 +222,14 @@ def clean(examples: Sequence[Example]) -> tuple[list[Example], CleanStats]:
         rows_out=len(kept),
     )
     return kept, stats
+
+
+def drop_seen(test: Sequence[Example], train: Sequence[Example]) -> tuple[list[Example], int]:
+    """`test` without the rows whose text (as `clean` compares texts) is also in `train`,
+    whatever its label there, and how many were dropped: a held-out row must be unseen."""
+    seen = {dedupe_key(ex.text) for ex in train}
+    kept = [ex for ex in test if dedupe_key(ex.text) not in seen]
+    return kept, len(test) - len(kept)
 
 
 def stratified_split(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -34,6 +33,7 @@ from training.longeval import serving_window
 from training.loop import TrainConfig
 from training.pipeline import RunSpec, classification_metrics, fine_tune, grouped_metrics
 from training.reviews import FULL_SOURCE, UCI, VADER
+from training.staging import staged, staging_dir
 
 # Sized for a 2-core CPU: 400 steps of 32 rows (about 40% of an epoch). Freezing the embeddings
 # and the two lowest of six layers cuts the backward pass and the optimizer's work; a higher
@@ -183,11 +183,9 @@ def build_default(out: Path, data_dir: Path, force: bool = False, full: bool = F
     )
     baseline = tfidf_baseline(data.baseline_train, data.test, HELD_OUT_SETS)
     print(f"baseline (TF-IDF + LR) held-out accuracy {baseline['accuracy']:.4f}", flush=True)
-    staging = out.with_name(out.name + ".building")
-    shutil.rmtree(staging, ignore_errors=True)
     spec = RunSpec(
         model_path=encoder,
-        out=staging,
+        out=staging_dir(out),
         cfg=FULL_TRAIN_CONFIG if full else TRAIN_CONFIG,
         max_length=MAX_LENGTH,
         title="Default English sentiment model (MiniLM-L6)",
@@ -210,14 +208,13 @@ def build_default(out: Path, data_dir: Path, force: bool = False, full: bool = F
             },
         },
     )
-    metrics = fine_tune(spec, data.train, data.test, stats)
-    assert metrics is not None  # single process: this is rank 0
-    metrics["build_seconds"] = round(time.perf_counter() - began, 1)
-    (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (staging / "README.md").write_text(render_card(spec.title, metrics, spec.sources))
-    write_calibration(staging, data.train)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.replace(out)
+    with staged(out) as staging:
+        metrics = fine_tune(spec, data.train, data.test, stats)
+        assert metrics is not None  # single process: this is rank 0
+        metrics["build_seconds"] = round(time.perf_counter() - began, 1)
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (staging / "README.md").write_text(render_card(spec.title, metrics, spec.sources))
+        write_calibration(staging, data.train)
     print_comparison(metrics)
     print(f"\nwrote {out} in {metrics['build_seconds']:.0f} s")
     return 0

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from training.activations import set_activation_checkpointing
 from training.batches import LengthGroupedBatchSampler, PadCollator, TokenizedDataset
 from training.checkpoints import CHECKPOINT_FILE as CHECKPOINT_FILE
+from training.checkpoints import config_changes
 from training.checkpoints import load_checkpoint as load_checkpoint
 from training.checkpoints import save_checkpoint as save_checkpoint
 from training.distributed import DistContext as DistContext
@@ -96,12 +97,15 @@ def train(
     checkpoint_dir: Path | None = None,
     resume: Path | None = None,
     progress: bool = True,
+    setup: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Fine-tune `model` in place on `train_ds`; return steps, losses and time.
 
     Under `--strategy fsdp` the model is sharded in place; `strategy.servable_model` turns it
-    back into one plain model for saving.
+    back into one plain model for saving. `setup`: settings outside `cfg` that shape the run
+    (max length, model), saved in checkpoints with `cfg` and compared on resume.
     """
+    run_config = {**asdict(cfg), **(setup or {})}
     amp_dtype = resolve_amp(cfg.amp, ctx.device)
     strategy = make_strategy(cfg.strategy, ctx, amp_dtype)
     set_activation_checkpointing(model, cfg.gradient_checkpointing)
@@ -132,6 +136,14 @@ def train(
             raise SetupError(
                 f"checkpoint {resume} was made with --strategy {made_with}; resume with it"
             )
+        # The restored optimizer, scheduler and batch position only fit the settings they were
+        # made with: a new --lr would be ignored, a new batch size would skip the wrong rows.
+        changes = config_changes(state.get("config") or {}, run_config)
+        if changes:
+            raise SetupError(
+                f"checkpoint {resume} was made with other settings: {', '.join(changes)}; "
+                "resume with the checkpoint's settings, or train anew without --resume"
+            )
         strategy.load(model, optimizer, state["model"], state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
@@ -153,7 +165,7 @@ def train(
             "micro_in_epoch": micro_done,
             "num_train": len(train_ds),
             "world_size": ctx.world_size,
-            "config": asdict(cfg),
+            "config": run_config,
             "py_rng": random.getstate(),
             "torch_rng": torch.get_rng_state(),
         }

@@ -42,6 +42,7 @@ from training.e5file import load as load_e5
 from training.loop import TrainConfig
 from training.multilingual_card import render_multilingual_card
 from training.pipeline import RunSpec, fine_tune
+from training.staging import staged, staging_dir
 from training.vocab import kept_ids
 
 TOP_PIECES = 20_000  # the Unigram model's most probable pieces, kept for unseen text
@@ -185,11 +186,9 @@ def build_multilingual(
     }
     for name, result in baselines.items():
         print(f"baseline {name}: accuracy {result['accuracy']:.4f}", flush=True)
-    staging = out.with_name(out.name + ".building")
-    shutil.rmtree(staging, ignore_errors=True)
     spec = RunSpec(
         model_path=encoder_dir,
-        out=staging,
+        out=staging_dir(out),
         cfg=cfg,
         max_length=MAX_LENGTH,
         threads=threads,
@@ -223,16 +222,15 @@ def build_multilingual(
             },
         },
     )
-    metrics = fine_tune(spec, train, test)
-    assert metrics is not None  # single process: this is rank 0
-    for name, run in snownlp_runs.items():
-        metrics["baselines"][name] = run.finish()
-    metrics["build_seconds"] = round(time.perf_counter() - began, 1)
-    (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (staging / "README.md").write_text(render_multilingual_card(metrics, SOURCES))
-    default_model.write_calibration(staging, train)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.replace(out)
+    with staged(out) as staging:
+        metrics = fine_tune(spec, train, test)
+        assert metrics is not None  # single process: this is rank 0
+        for name, run in snownlp_runs.items():
+            metrics["baselines"][name] = run.finish()
+        metrics["build_seconds"] = round(time.perf_counter() - began, 1)
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (staging / "README.md").write_text(render_multilingual_card(metrics, SOURCES))
+        default_model.write_calibration(staging, train)
     _print_summary(metrics)
     print(f"\nwrote {out} in {metrics['build_seconds']:.0f} s")
     return 0

@@ -175,6 +175,7 @@ def _run(
         pad_id,
         checkpoint_dir=spec.out / "checkpoint",
         resume=spec.resume,
+        setup={"max_length": spec.max_length, "model": str(spec.model_path.resolve())},
     )
     served = servable_model(model, ctx)  # FSDP: every rank gathers, rank 0 gets the model
     metrics: dict[str, Any] | None = None
