@@ -171,11 +171,12 @@ class OrtBackend:
         return np.asarray(self.session.run(["logits"], feed)[0], dtype=np.float32)
 
     def _runs(self, mask: Ids) -> list[tuple[list[int], int]]:
+        return self.plan_runs(mask.sum(axis=1).tolist(), mask.shape[1])
+
+    def plan_runs(self, lengths: list[int], width: int) -> list[tuple[list[int], int]]:
         """Row groups of at most `run_tokens` padded tokens, each with its own longest row as
         its width (rows are right-padded), planned like forwards: rows of similar length run
         together, and a run of short rows does not pay the padding of the forward's longest."""
-        width = mask.shape[1]
-        lengths = mask.sum(axis=1).tolist()
         # INT8 runs only on a CPU, where ONNX Runtime computes any width alike: a run is as
         # wide as its longest row, as the forward around it is.
         multiple = pad_multiple(self.name, "cpu")

@@ -73,7 +73,8 @@ COUNTED = ("forward_texts", "forward_tokens", "forward_padded_tokens")
 class BatchRunner:
     """Computes batches on `forwards`; `inline(padded_tokens)` says whether a forward runs on
     the event loop, `planning()` gives the forward budget and overhead (service.batching) in
-    force."""
+    force, `computes(lengths)` the tokens a forward of rows that long computes, padding
+    included (what the backend really runs: onnx-int8 cuts a forward into narrower runs)."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class BatchRunner:
         inline: Callable[[int], bool],
         planning: Callable[[], tuple[int, int]],
         multiple: int = PAD_MULTIPLE,
+        computes: Callable[[list[int]], int] | None = None,
     ) -> None:
         self.forwards = forwards
         self.multiple = multiple  # what the model rounds a forward's width up to
@@ -90,6 +92,7 @@ class BatchRunner:
         self.metrics = metrics
         self.inline = inline
         self.planning = planning
+        self.computes = computes or (lambda lengths: padded_cost(lengths, multiple))
         self.tally = Tally()
 
     async def run(self, jobs: list[Job]) -> AsyncIterator[list[tuple[int, Scored]]]:
@@ -134,7 +137,7 @@ class BatchRunner:
             tally.forwards += 1
             tally.forward_texts += len(group_lengths)
             tally.forward_tokens += sum(group_lengths)
-            tally.forward_padded_tokens += padded_cost(group_lengths, self.multiple)
+            tally.forward_padded_tokens += self.computes(group_lengths)
             self.metrics.forward.observe(seconds, tags={"on": on})
             return np.flatnonzero((left == 0) & (before > 0)).tolist()
 

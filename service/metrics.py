@@ -167,7 +167,8 @@ class ModelMetrics:
         self.forward_padded_tokens = Counter(
             PREFIX + "forward_padded_tokens",
             description="Tokens forward passes computed, padding included: per forward, its "
-            "longest length (rounded to 8) x its texts.",
+            "longest length (rounded up) x its texts; onnx-int8: each run's own width x its "
+            "texts.",
         )
         self.forward_failures = Counter(
             PREFIX + "forward_failures",

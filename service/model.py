@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from service.backends import (
     Backend,
     BackendError,
+    OrtBackend,
     TorchBackend,
     compile_mode,
     load_ort,
@@ -262,6 +263,15 @@ class SentimentModel:
     def pad_multiple(self) -> int:
         """What a forward's width is rounded up to (service.batching.pad_multiple)."""
         return pad_multiple(self.backend_name, self.device.type)
+
+    def padded_tokens(self, lengths: Sequence[int]) -> int:
+        """Tokens a forward of rows this long computes, padding included: rows x the longest
+        (rounded up), or, where the backend cuts runs (onnx-int8), each run's rows x its width."""
+        width = round_up(max(lengths), self.pad_multiple) if lengths else 0
+        backend = self.backend
+        if not (isinstance(backend, OrtBackend) and backend.run_tokens):
+            return width * len(lengths)
+        return sum(w * len(rows) for rows, w in backend.plan_runs(list(lengths), width))
 
     @property
     def cuts_runs(self) -> bool:

@@ -86,6 +86,7 @@ class ModelCore:
             self._runs_inline,
             self._plan,
             self.model.pad_multiple,
+            getattr(self.model, "padded_tokens", None),  # a forward process: rows x longest
         )
         self.tally = runner.tally
         self.batcher: Batcher[Job, Scored] = Batcher(

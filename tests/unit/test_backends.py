@@ -107,6 +107,29 @@ def test_every_shape_bucket_runs(exported_dir: Path, backend: str) -> None:
             assert model.predict([ids] * rows).shape == (rows, 2)
 
 
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_a_forwards_padded_tokens_are_what_its_backend_computes(
+    exported_dir: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The padding metric's count: onnx-int8 cuts a forward of mixed lengths into runs of
+    their own widths, so rows x the longest would overstate its padding many times."""
+    model = SentimentModel.load(exported_dir, device="cpu", max_length=64, backend=backend)
+    computed: list[int] = []
+    run = model.backend._run  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        model.backend, "_run", lambda ids, mask: computed.append(ids.size) or run(ids, mask)
+    )
+    seed = model.encode(["great phone fast delivery, would buy again"])[0].ids
+    rows = [seed[:4]] * 40 + [(seed * 8)[:64]] * 6
+    model.predict(rows)
+    lengths = [len(r) for r in rows]
+    assert model.padded_tokens(lengths) == sum(computed)
+    if backend == "onnx-int8":
+        assert len(computed) > 1 and sum(computed) < 46 * 64 // 2
+    else:
+        assert computed == [46 * 64]
+
+
 def test_export_of_other_weights_is_refused(exported_dir: Path, tmp_path: Path) -> None:
     changed = tmp_path / "retrained"
     shutil.copytree(exported_dir, changed)
