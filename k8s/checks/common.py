@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,11 @@ from typing import Any
 import yaml
 
 from service.lifecycle import HAPROXY_ENV, LEAN_ENV
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: mypy and pytest (dev extra) bring tomli
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
@@ -46,6 +52,11 @@ def load_yaml_docs(path: Path) -> list[Doc]:
     """Every non-empty document of a YAML file."""
     with path.open(encoding="utf-8") as f:
         return [d for d in yaml.load_all(f, Loader=Loader) if d is not None]
+
+
+def pyproject(root: Path) -> Doc:
+    """The repository's pyproject.toml."""
+    return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
 
 
 def name_of(doc: Doc) -> str:

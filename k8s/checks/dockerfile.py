@@ -13,12 +13,15 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from k8s.checks.common import HIGH_THROUGHPUT_ENV, Doc, Report, containers, find, walk_pod_specs
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: mypy and pytest (dev extra) bring tomli
-    import tomli as tomllib
+from k8s.checks.common import (
+    HIGH_THROUGHPUT_ENV,
+    Doc,
+    Report,
+    containers,
+    find,
+    pyproject,
+    walk_pod_specs,
+)
 
 
 def hadolint() -> str | None:
@@ -44,7 +47,7 @@ def check_dockerfile(root: Path, docs: list[Doc], report: Report) -> None:
         if proc.returncode != 0 and not proc.stdout.strip():
             report.fail("hadolint", proc.stderr.strip())
     text = path.read_text(encoding="utf-8")
-    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    project = pyproject(root)["project"]
     deps = {re.split(r"[\[<>=!~ ]", d, maxsplit=1)[0]: d for d in project["dependencies"]}
     base = re.search(r"^FROM\s+rayproject/ray:(\S+?)-py(\d)(\d+)-(gpu|cu\d+)\s*$", text, re.M)
     if base is None:

@@ -48,7 +48,7 @@ def copy_repo(dest: Path) -> Path:
 def synced_copy(dest: Path) -> Path:
     """A copy with the loadtest ConfigMap regenerated, so only the test's edit differs."""
     root = copy_repo(dest)
-    files = tuple(loadtest_files(root / "loadtest").items())
+    files = tuple(loadtest_files(root).items())
     if files not in _CONFIGMAPS:
         _CONFIGMAPS[files] = loadtest_configmap(root)
     (root / "k8s" / LOADTEST_CONFIGMAP).write_text(_CONFIGMAPS[files])

@@ -544,6 +544,9 @@ def test_crd_defaults_fill_required_fields() -> None:
 def test_cli_exit_status_and_sync(schemas: Path, tmp_path: Path) -> None:
     root = synced_copy(tmp_path)
     (root / "loadtest" / "extra_module.py").write_text("VALUE = 1\n")
+    # Only a module the locustfile imports goes into the ConfigMap.
+    with (root / "loadtest" / "locustfile.py").open("a") as f:
+        f.write("from loadtest import extra_module  # noqa: E402\n")
     cli = [sys.executable, str(REPO / "k8s" / "check.py"), "--root", str(root)]
     stale = subprocess.run(
         [*cli, "--schemas", str(schemas), "--no-checkov"], capture_output=True, text=True
