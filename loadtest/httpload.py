@@ -13,6 +13,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from loadtest.ranks import nearest_rank_value
 from loadtest.rawhttp import Poster
 
 
@@ -46,10 +47,8 @@ class RunResult:
 
     def percentile(self, q: float) -> float:
         """Latency at quantile `q` (0..1), nearest rank; 0 with no samples."""
-        if not self.latencies:
-            return 0.0
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+        value = nearest_rank_value(self.latencies, q)
+        return 0.0 if value is None else value
 
 
 def bodies(texts: list[str], per_request: int) -> list[tuple[bytes, int]]:

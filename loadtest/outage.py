@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from loadtest.ranks import nearest_rank_value
+
 AROUND_KILL_S = 5.0  # requests in flight at the kill or sent this soon after it
 
 
@@ -30,13 +32,6 @@ class Request:
 
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 def healthy_again(running: list[tuple[float, int]], replicas: int, kill: float) -> dict[str, Any]:
@@ -73,7 +68,9 @@ def figures(
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "lost": statuses.get(0, 0),
         "max_latency_s": _round(max((r.latency for r in requests), default=None)),
-        "p50_latency_s": _round(_quantile([r.latency for r in requests if r.status == 200], 0.5)),
+        "p50_latency_s": _round(
+            nearest_rank_value([r.latency for r in requests if r.status == 200], 0.5)
+        ),
         "around_kill": {
             "requests": len(around),
             "statuses": {str(k): v for k, v in sorted(Counter(r.status for r in around).items())},
@@ -83,7 +80,7 @@ def figures(
         "refused_503": {
             "count": len(refused),
             "first_after_kill_s": _round(refused[0].end - kill if refused else None),
-            "p50_latency_s": _round(_quantile([r.latency for r in refused], 0.5)),
+            "p50_latency_s": _round(nearest_rank_value([r.latency for r in refused], 0.5)),
             "max_latency_s": _round(max((r.latency for r in refused), default=None)),
         },
         "resumed_s": _round(resumed.end - kill if resumed else None),

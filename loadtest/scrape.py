@@ -103,6 +103,9 @@ class ServerWatch:
         forwards = delta(P + "forward_seconds_count")
         batches = delta(P + "batch_texts_count")
         texts = delta(P + "texts_total")
+        # Rows the model computed (a long text's every window), as the dashboard divides:
+        # answered texts count a long text once and would read low on long reviews.
+        rows = delta(P + "forward_texts_total")
         padded = delta(P + "forward_padded_tokens_total")
         replicas = {got.get("replica", "") for got, _ in b.get(P + "model_info", [])}
 
@@ -117,8 +120,8 @@ class ServerWatch:
             "available": True,
             "replicas": len(replicas),
             "texts_answered": texts,
-            "texts_per_forward": round(texts / forwards, 2) if forwards else None,
-            "texts_per_batch": round(texts / batches, 2) if batches else None,
+            "texts_per_forward": round(rows / forwards, 2) if forwards else None,
+            "texts_per_batch": round(rows / batches, 2) if batches else None,
             # Of all tokens the forwards computed, the share that was padding.
             "padding_ratio_mean": round(1 - delta(P + "forward_tokens_total") / padded, 3)
             if padded

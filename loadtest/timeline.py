@@ -8,9 +8,10 @@ and workers ship theirs with every report.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from loadtest.ranks import nearest_rank
 
 # Latency bucket upper bounds in ms: 1 ms to ~100 s, 8 per doubling (quantiles within ~9%).
 BOUNDS_MS = [2 ** (i / 8) for i in range(0, 8 * 17 + 1)]
@@ -85,7 +86,7 @@ def quantile_ms(latency: dict[int, int], q: float) -> float:
     count = sum(latency.values())
     if not count:
         return 0.0
-    rank = max(1, math.ceil(q * count))
+    rank = nearest_rank(q, count)
     seen = 0
     for index in sorted(latency):
         seen += latency[index]

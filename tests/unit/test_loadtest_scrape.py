@@ -20,6 +20,9 @@ def exposition(texts: int, forwards: int, waits: tuple[int, int, int], rejected:
     return f"""# HELP ray_sentiment_texts_total texts
 # TYPE ray_sentiment_texts_total counter
 ray_sentiment_texts_total{{{R}}} {texts}
+# HELP ray_sentiment_forward_texts_total rows computed: one in four texts took two windows
+# TYPE ray_sentiment_forward_texts_total counter
+ray_sentiment_forward_texts_total{{{R}}} {texts + texts // 4}
 # HELP ray_sentiment_forward_tokens_total tokens
 # TYPE ray_sentiment_forward_tokens_total counter
 ray_sentiment_forward_tokens_total{{{R}}} {texts * 6}
@@ -92,7 +95,10 @@ def test_watch_reports_differences_over_the_window(endpoint: tuple[str, list[str
     assert s["available"] is True
     assert s["replicas"] == 1
     assert s["texts_answered"] == 300
-    assert s["texts_per_forward"] == 30.0  # 300 texts over 10 forwards
+    # Rows, not answered texts: 375 rows (300 texts, 75 of them in two windows) over 10
+    # forwards, as the dashboard divides forward_texts_total.
+    assert s["texts_per_forward"] == 37.5
+    assert s["texts_per_batch"] == 37.5  # one batch per forward here
     assert s["padding_ratio_mean"] == 0.25  # 6 of every 8 tokens computed were the texts'
     assert s["rejections_by_reason"] == {"overloaded": 3.0}
     assert s["forwards_by_place"] == {"event_loop": 8.0, "thread": 2.0}  # 10 more forwards
