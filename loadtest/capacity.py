@@ -35,6 +35,22 @@ class Capacity:
     peak_texts_per_s: float | None
     headroom: float
     replicas_needed: int | None
+    replicas_from: str = "--replicas"  # where replicas_measured came from
+
+
+# What the summary says when neither --replicas nor the metrics gave the replica count.
+ASSUMED_ONE = "assumed: the metrics named no model replica; give --replicas"
+
+
+def replica_count(given: int, seen: object) -> tuple[int, str]:
+    """The replicas a run measured, and where the figure came from: `--replicas` when given,
+    else the model replicas the server's metrics named, else 1, said plainly, since every
+    per-replica figure is then the whole service's."""
+    if given > 0:
+        return given, "--replicas"
+    if isinstance(seen, int) and seen > 0:
+        return seen, "the model replicas' metrics"
+    return 1, ASSUMED_ONE
 
 
 def step_results(
@@ -64,7 +80,11 @@ def step_results(
 
 
 def capacity(
-    results: list[StepResult], replicas: int, peak: float | None, headroom: float
+    results: list[StepResult],
+    replicas: int,
+    peak: float | None,
+    headroom: float,
+    replicas_from: str = "--replicas",
 ) -> Capacity:
     """Best step within the SLO, per replica; replicas for `peak` texts/s at `headroom`.
 
@@ -77,4 +97,6 @@ def capacity(
     needed = None
     if peak is not None and per_replica > 0:
         needed = max(1, math.ceil(peak / (per_replica * headroom)))
-    return Capacity(max(1, replicas), best, round(per_replica, 2), peak, headroom, needed)
+    return Capacity(
+        max(1, replicas), best, round(per_replica, 2), peak, headroom, needed, replicas_from
+    )

@@ -28,7 +28,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from loadtest import corpus, shapes
-from loadtest.capacity import capacity, step_results
+from loadtest.capacity import ASSUMED_ONE, capacity, replica_count, step_results
 from loadtest.flagtypes import COUNT, NOT_NEGATIVE, POSITIVE, SHARE, number
 from loadtest.scrape import ServerWatch, not_ready
 from loadtest.summary import slo_verdict, write
@@ -258,9 +258,10 @@ def _finish(environment: Environment, **_: Any) -> None:
         steps = step_results(
             TIMELINE, STATE["start"], plan, options.slo_p99_ms, options.slo_error_ratio
         )
-        seen = server.get("replicas")
-        replicas = options.replicas or (seen if isinstance(seen, int) and seen > 0 else 1)
-        cap = capacity(steps, replicas, options.peak_texts_per_s, options.headroom)
+        replicas, source = replica_count(options.replicas, server.get("replicas"))
+        if source == ASSUMED_ONE:
+            log.warning("capacity per replica %s", source)
+        cap = capacity(steps, replicas, options.peak_texts_per_s, options.headroom, source)
     text = write(Path(options.out), doc, steps, cap)
     print("\n" + text, flush=True)
     environment.process_exit_code = EXIT_SLO_MISSED if misses else 0

@@ -65,8 +65,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"Capacity: {cap['best_texts_per_s']:.1f} texts/s within the SLO on "
-            f"{cap['replicas_measured']} replica(s) = {cap['per_replica_texts_per_s']:.1f} "
-            "texts/s per replica (one replica per GPU)."
+            f"{cap['replicas_measured']} replica(s) ({cap['replicas_from']}) = "
+            f"{cap['per_replica_texts_per_s']:.1f} texts/s per replica (one replica per GPU)."
         )
         if cap["replicas_needed"] is not None:
             lines.append(

@@ -71,7 +71,8 @@ def test_step_rehearsal_reports_client_server_and_capacity(
     assert [s["users"] for s in doc["steps"]] == [2, 4]
     assert doc["capacity"]["per_replica_texts_per_s"] > 0
     assert doc["capacity"]["replicas_needed"] >= 1
-    assert "Capacity:" in (out / "summary.md").read_text()
+    assert doc["capacity"]["replicas_from"] == "the model replicas' metrics"
+    assert "replica(s) (the model replicas' metrics)" in (out / "summary.md").read_text()
 
 
 def test_an_impossible_slo_fails_the_run(main_app: Deployed, texts: Path, tmp_path: Path) -> None:

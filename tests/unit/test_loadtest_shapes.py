@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import corpus
-from loadtest.capacity import capacity, step_results
+from loadtest.capacity import ASSUMED_ONE, capacity, replica_count, step_results
 from loadtest.shapes import ShapeConfig, steps, tick
 from loadtest.timeline import BOUNDS_MS, Timeline, quantile_ms
 
@@ -103,3 +103,11 @@ def test_capacity_takes_the_best_step_within_the_slo() -> None:
     assert plan.per_replica_texts_per_s == 20
     assert plan.replicas_needed == 20  # 200 / (20 * 0.5)
     assert capacity(results, 1, None, 0.7).replicas_needed is None
+
+
+def test_the_replica_count_says_where_it_came_from() -> None:
+    assert replica_count(3, 2) == (3, "--replicas")
+    assert replica_count(0, 2) == (2, "the model replicas' metrics")
+    # No count anywhere: per-replica figures are the whole service's, and the summary says so.
+    for seen in (None, 0, "2"):
+        assert replica_count(0, seen) == (1, ASSUMED_ONE)
