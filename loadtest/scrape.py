@@ -2,7 +2,10 @@
 the service is ready to be loaded at all.
 
 Scraped at the start, during and at the end of the run; counters and histograms are read as
-differences between the first and last scrape, gauges as the maximum seen.
+what they grew by from scrape to scrape, as Prometheus's increase() reads them: a series that
+went down was reset (its replica restarted) and counted from zero, one that appeared started
+at zero (a replica added), and one that vanished (a replica removed) keeps what it grew while
+it was there. Gauges are read as the maximum seen.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
+Series = tuple[int, str, tuple[tuple[str, str], ...]]  # endpoint, sample name, labels
 P = "ray_sentiment_"
 
 
@@ -45,10 +49,10 @@ def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
     return out
 
 
-def bucket_quantile(first: Samples, last: Samples, name: str, q: float) -> float | None:
-    """Quantile `q` of histogram `name` over the window, like PromQL's histogram_quantile."""
-    now, before = by_label(last, f"{name}_bucket", "le"), by_label(first, f"{name}_bucket", "le")
-    cumulative = sorted((float(le), now[le] - before.get(le, 0.0)) for le in now)
+def bucket_quantile(grown: Samples, name: str, q: float) -> float | None:
+    """Quantile `q` of histogram `name` from its buckets' increases over the window, like
+    PromQL's histogram_quantile."""
+    cumulative = sorted((float(le), n) for le, n in by_label(grown, f"{name}_bucket", "le").items())
     if not cumulative or cumulative[-1][1] <= 0:
         return None
     rank = q * cumulative[-1][1]
@@ -68,23 +72,33 @@ class ServerWatch:
 
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
-        self.first: Samples | None = None
+        self.scrapes = 0
         self.last: Samples = {}
+        self._previous: dict[Series, float] = {}
+        self._grown: dict[Series, float] = {}
         self.peaks: dict[str, float] = {}
         self.errors: list[str] = []
 
     def sample(self) -> None:
         """One scrape of every endpoint, merged; failures are noted, never raised."""
         merged: Samples = {}
-        for url in self.urls:
+        current: dict[Series, float] = {}
+        for index, url in enumerate(self.urls):
             try:
                 for name, rows in scrape(url).items():
                     merged.setdefault(name, []).extend(rows)
+                    for labels, value in rows:
+                        current[index, name, tuple(sorted(labels.items()))] = value
             except (OSError, ValueError) as exc:
                 self.errors.append(f"{url}: {exc}")
                 return
-        if self.first is None:
-            self.first = merged
+        if self.scrapes:
+            for key, value in current.items():
+                before = self._previous.get(key, 0.0)
+                grew = value - before if value >= before else value  # down: reset, from 0
+                self._grown[key] = self._grown.get(key, 0.0) + grew
+        self._previous = current
+        self.scrapes += 1
         self.last = merged
         for gauge in ("pending_texts", "gpu_memory_peak_bytes", "gpu_memory_reserved_bytes"):
             values = [v for _, v in merged.get(P + gauge, [])]
@@ -92,13 +106,16 @@ class ServerWatch:
 
     def summary(self) -> dict[str, Any]:
         """Server-side figures over the scrape window (empty with a reason if none)."""
-        if self.first is None or self.first is self.last:
+        if self.scrapes < 2:
             reason = self.errors[-1] if self.errors else "fewer than two scrapes"
             return {"available": False, "reason": reason}
-        a, b = self.first, self.last
+        grown: Samples = {}
+        for (_, name, labels), value in self._grown.items():
+            grown.setdefault(name, []).append((dict(labels), value))
+        b = self.last
 
         def delta(name: str) -> float:
-            return total(b, name) - total(a, name)
+            return total(grown, name)
 
         forwards = delta(P + "forward_seconds_count")
         batches = delta(P + "batch_texts_count")
@@ -110,8 +127,7 @@ class ServerWatch:
         replicas = {got.get("replica", "") for got, _ in b.get(P + "model_info", [])}
 
         def diff_by(name: str, label: str) -> dict[str, float]:
-            before = by_label(a, name, label)
-            return {k: v - before.get(k, 0.0) for k, v in by_label(b, name, label).items()}
+            return by_label(grown, name, label)
 
         def ms(value: float | None) -> float | None:
             return None if value is None else round(value * 1000, 1)
@@ -126,9 +142,9 @@ class ServerWatch:
             "padding_ratio_mean": round(1 - delta(P + "forward_tokens_total") / padded, 3)
             if padded
             else None,
-            "queue_wait_p50_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.5)),
-            "queue_wait_p99_ms": ms(bucket_quantile(a, b, P + "queue_wait_seconds", 0.99)),
-            "forward_p99_ms": ms(bucket_quantile(a, b, P + "forward_seconds", 0.99)),
+            "queue_wait_p50_ms": ms(bucket_quantile(grown, P + "queue_wait_seconds", 0.5)),
+            "queue_wait_p99_ms": ms(bucket_quantile(grown, P + "queue_wait_seconds", 0.99)),
+            "forward_p99_ms": ms(bucket_quantile(grown, P + "forward_seconds", 0.99)),
             # Forwards on the event loop or the forward thread (service.placement).
             "forwards_by_place": diff_by(P + "forward_seconds_count", "on"),
             "requests_by_status": diff_by(P + "requests_total", "status"),

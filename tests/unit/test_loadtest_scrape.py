@@ -117,14 +117,36 @@ def test_watch_without_a_server_says_why() -> None:
 
 def test_bucket_quantile_interpolates_like_promql(endpoint: tuple[str, list[str]]) -> None:
     url, pages = endpoint
-    first = scrape(url)
+    nothing = scrape(url)
     pages.append(exposition(0, 0, (50, 100, 100), 0))
-    last = scrape(url)
+    grown = scrape(url)  # what the buckets grew by, from zero
     # Half the observations are under 10 ms, the rest between 10 and 100 ms.
-    assert bucket_quantile(first, last, "ray_sentiment_queue_wait_seconds", 0.5) == 0.01
-    q75 = bucket_quantile(first, last, "ray_sentiment_queue_wait_seconds", 0.75)
+    assert bucket_quantile(grown, "ray_sentiment_queue_wait_seconds", 0.5) == 0.01
+    q75 = bucket_quantile(grown, "ray_sentiment_queue_wait_seconds", 0.75)
     assert q75 == pytest.approx(0.055)
-    assert bucket_quantile(first, first, "ray_sentiment_queue_wait_seconds", 0.5) is None
+    assert bucket_quantile(nothing, "ray_sentiment_queue_wait_seconds", 0.5) is None
+
+
+def answered(**replicas: int) -> str:
+    rows = [f'ray_sentiment_texts_total{{replica="{r}"}} {n}' for r, n in replicas.items()]
+    return "# TYPE ray_sentiment_texts_total counter\n" + "\n".join(rows) + "\n"
+
+
+def test_watch_counts_across_replica_restarts_and_rescaling(
+    endpoint: tuple[str, list[str]],
+) -> None:
+    url, pages = endpoint
+    watch = ServerWatch([url])
+    for page in (
+        answered(r1=100, r2=50),  # before the run
+        answered(r1=160, r2=80),  # +60, +30
+        answered(r1=20, r2=90),  # r1 restarted: counted 20 from zero; +10
+        answered(r1=25, r3=40),  # +5; r2 scaled away (keeps its 40); r3 added, from zero
+    ):
+        pages.append(page)
+        watch.sample()
+    # Last minus first would read 25 + 40 - 150 = -85.
+    assert watch.summary()["texts_answered"] == 60 + 30 + 20 + 10 + 5 + 40
 
 
 def test_slo_verdict_names_each_miss() -> None:
