@@ -61,10 +61,12 @@ def chunked_predictions(
     device: torch.device,
     pad_id: int,
     batch_size: int = 32,
+    amp: str = "auto",
 ) -> ChunkedResult:
     """Predicted labels for `texts` read in the service's default windows.
 
-    `model_dir` supplies the tokenizer and the position limit, as when the service loads it.
+    `model_dir` supplies the tokenizer and the position limit, as when the service loads it;
+    `amp` is the run's, so long reviews are scored in the precision the rest was.
     """
     max_seq_len, max_windows, overlap = serving_window()
     encoder = WindowEncoder.load(model_dir, max_seq_len, max_windows, overlap)
@@ -72,7 +74,7 @@ def chunked_predictions(
     packed = windowed.packed
     rows = [packed.row(i).tolist() for i in range(len(packed))]
     ds = TokenizedDataset(rows, [0] * len(rows))
-    probs = predict(model, ds, device, pad_id, batch_size, amp="auto", show_progress=False)
+    probs = predict(model, ds, device, pad_id, batch_size, amp=amp, show_progress=False)
     per_text = aggregate(np.asarray(probs, dtype=np.float32), packed.lengths(), windowed.windows)
     return ChunkedResult(
         preds=[int(p[1] > p[0]) for p in per_text],

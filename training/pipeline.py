@@ -240,7 +240,7 @@ def _predict_held_out(
             preds[i] = int(p[1] > p[0])
     if long_idx:
         texts = [test_examples[i].text for i in long_idx]
-        got = chunked_predictions(model, spec.out, texts, ctx.device, pad_id)
+        got = chunked_predictions(model, spec.out, texts, ctx.device, pad_id, amp=spec.cfg.amp)
         for i, label in zip(long_idx, got.preds, strict=True):
             preds[i] = label
         metrics["chunked_eval"] = {"sources": sorted(spec.chunked_sources), **got.describe()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,6 +57,25 @@ def test_predictions_are_the_length_weighted_mean_of_the_served_windows(
         expected.append(int(mean[1] > mean[0]))
     assert got.preds == expected
     assert got.describe()["mean_windows"] == round(sum(got.windows) / len(texts), 2)
+
+
+def test_long_texts_are_scored_in_the_runs_precision(
+    spread_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.longeval as longeval
+
+    asked: list[str] = []
+    predict = longeval.predict
+
+    def spy(*args: Any, amp: str, **kwargs: Any) -> Any:
+        asked.append(amp)
+        return predict(*args, amp=amp, **kwargs)
+
+    monkeypatch.setattr(longeval, "predict", spy)
+    model = AutoModelForSequenceClassification.from_pretrained(spread_model).eval()
+    texts = _long_texts(2, 300)
+    chunked_predictions(model, spread_model, texts, torch.device("cpu"), pad_id=0, amp="off")
+    assert asked == ["off"]  # --amp reaches the long reviews' scoring too
 
 
 def test_fine_tune_reads_chunked_sources_in_windows_and_reports_groups(
