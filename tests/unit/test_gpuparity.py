@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from safetensors import safe_open
 
 from loadtest.gpuparity import holds, main, pack, parity_reference
@@ -70,3 +72,22 @@ def test_fp32_is_judged_against_the_weights_the_pack_carries(packed: Path, tmp_p
     assert row["holds_parity"] is True and row["parity_reference"] == "fp32_cpu_fp16_weights"
     assert row["max_abs_diff"] > 9e-3  # against the original, reported as measured
     assert parity_reference("float16") == parity_reference("bfloat16") == "fp32_cpu_original"
+
+
+def test_compile_rows_time_the_compiled_forward(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch.compile stood in for by a wrapper that counts its calls: the row must run it.
+    calls: list[str] = []
+
+    def compile_(module: Any, **options: Any) -> Any:
+        def forward(**inputs: Any) -> Any:
+            calls.append(options["mode"])
+            return module(**inputs)
+
+        return forward
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    argv = ["run", "--pack", str(packed), "--device", "cpu", "--parts", "compile"]
+    assert main([*argv, "--speed-texts", "16", "--out", str(tmp_path)]) == 0
+    assert calls and set(calls) == {"default"}
