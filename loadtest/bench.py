@@ -108,6 +108,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "name": model.name,
         "parameters": model.parameters,
         "backend": model.backend_name,
+        # Why it runs, and whether forwards replay CUDA graphs: a torch.compile that failed
+        # falls back to eager with a log line only, and eager figures must not pass for graphs.
+        "backend_reason": model.backend_reason,
+        "records_graphs": model.records_graphs,
         "device": str(model.device),
         "dtype": dtype_name(model.dtype),
         "mean_tokens": round(sum(len(e.ids) for e in model.encode(texts)) / len(texts), 1),
@@ -123,11 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"by forwards at once {by_layout}"
     )
 
-    alone_ms = partial(single_text_ms, model, texts)
-    service_runs, naive_runs, half, profiled = asyncio.run(
-        serve_and_measure(args, plan, texts, model_path, threads, budget, on_gpu, alone_ms)
-    )
-    doc = {
+    base = {
         **common,
         "model": info,
         "plan": asdict(plan),
@@ -147,10 +147,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "half_texts_per_s": round(halved.texts_per_s, 1),
             },
         },
-        "runs": service_runs + naive_runs,
-        "half_load": half,
-        "profile": profiled,
     }
+    # Reported as each section ends: a run stopped later (a GPU machine's time ran out) keeps
+    # the figures measured so far; the whole report replaces them at the end.
+    write_reports({**base, "partial": "stopped before the service runs"}, args.out)
+
+    def measured(part: dict[str, Any]) -> None:
+        write_reports({**base, **part, "partial": "stopped before the naive app's runs"}, args.out)
+
+    alone_ms = partial(single_text_ms, model, texts)
+    service_runs, naive_runs, half, profiled = asyncio.run(
+        serve_and_measure(
+            args, plan, texts, model_path, threads, budget, on_gpu, alone_ms, measured
+        )
+    )
+    doc = {**base, "runs": service_runs + naive_runs, "half_load": half, "profile": profiled}
     if args.no_overhead:
         return {**doc, "created": _now()}
     # Reported now too: a run stopped in the overhead section (a GPU machine's time ran out)

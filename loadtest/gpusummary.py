@@ -43,7 +43,10 @@ def bench_figures(bench: dict[str, Any]) -> dict[str, Any]:
     """Best single- and multi-text service runs, the limit, GPU peaks, CPU figures."""
     runs = bench.get("runs", [])
     multi_size = bench.get("plan", {}).get("multi_size", 32)
+    model = bench.get("model", {})
     figures: dict[str, Any] = {
+        "partial": bench.get("partial"),  # where a run stopped short, if it did
+        "forwards": {k: model.get(k) for k in ("backend", "backend_reason", "records_graphs")},
         "limit_texts_per_s": bench.get("limit", {}).get("texts_per_s"),
         "limit_gpu_peak_bytes": bench.get("limit", {}).get("gpu_peak_bytes"),
         "service_gpu_peak_bytes": bench.get("half_load", {}).get("gpu_peak_bytes"),

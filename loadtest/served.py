@@ -130,12 +130,14 @@ async def serve_and_measure(
     budget: int,
     on_gpu: bool,
     alone_ms: Callable[[], float] | None = None,
+    measured: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """The service and then the naive app over HTTP at every level of the plan: their runs,
     the service's latency at half its best single-text rate, and (with `--profile-s`) where
     its replicas' Python went at the top single-text level (loadtest.profile). `alone_ms`
     measures one in-process forward of a text alone: the service's lone-client row gets it,
-    measured beside the idle service just before that row's run (`alone_ms` in the row)."""
+    measured beside the idle service just before that row's run (`alone_ms` in the row).
+    `measured` gets the service's figures as soon as they are all in, before the naive app's."""
     ingress, replicas = args.ingress, args.ingress_replicas
     line = f"service ({replicas} ingress replicas), then the naive app, behind {ingress}"
     print(line, flush=True)
@@ -161,6 +163,8 @@ async def serve_and_measure(
             c = max(plan.singles)
             profiled = await profile.run(url, singles, c, args.profile_s, args.out)
             print("\n".join(profile.lines(profiled)), flush=True)
+        if measured is not None:
+            measured({"runs": service_runs, "half_load": half, "profile": profiled})
         url = bench.naive()  # in the service's place
         async with pool(args.client_processes) as load:
             naive_runs = await _levels("naive", url, texts, plan, load)
