@@ -45,7 +45,8 @@ def fatal_device_error(exc: BaseException) -> bool:
     if failure_reason(exc) == "oom":
         return False
     text = str(exc)  # ONNX Runtime's CUDA provider reports "CUDA failure <code>: ..."
-    return isinstance(exc, torch.AcceleratorError) or "CUDA error" in text or "CUDA failure" in text
+    accelerator = getattr(torch, "AcceleratorError", ())  # torch 2.8+; older: the text alone
+    return isinstance(exc, accelerator) or "CUDA error" in text or "CUDA failure" in text
 
 
 def release_gpu_cache() -> None:

@@ -82,6 +82,15 @@ def test_only_errors_that_leave_the_cuda_context_broken_are_fatal() -> None:
     assert not fatal_device_error(ValueError("shapes do not match"))
 
 
+def test_a_torch_without_accelerator_error_reads_the_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A GPU machine's own torch may predate torch.AcceleratorError (2.8).
+    monkeypatch.delattr(torch, "AcceleratorError")
+    assert fatal_device_error(RuntimeError("CUDA error: an illegal memory access"))
+    assert not fatal_device_error(ValueError("shapes do not match"))
+
+
 def test_status_errors_map_failed_to_500_and_expired_to_504() -> None:
     assert isinstance(status_error(np.array([OK, FAILED, EXPIRED], np.uint8)), InternalError)
     assert isinstance(status_error(np.array([OK, EXPIRED], np.uint8)), DeadlineExceeded)
