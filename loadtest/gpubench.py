@@ -136,6 +136,8 @@ def run_all(run: Run, bundle: Path, parity_pack: Path, train_probe: bool = False
     py = sys.executable
     if (bundle / "manifest.json").is_file() and (run.rehearse or not run.smoke):
         use_bundle(run, bundle)
+        if run.parts["bundle"]["status"] != "ok":  # no Ray: every served part would fail late
+            return
     else:
         run.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), run.env.get("PYTHONPATH", "")) if p

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import bench
-from loadtest.gpubench import _bench_cmd
+from loadtest.gpubench import _bench_cmd, run_all
 from loadtest.gpuparts import Run
 
 
@@ -64,3 +65,15 @@ def test_the_cpu_smoke_serves_behind_ray_s_proxy_and_its_rehearsal_behind_haprox
     run.rehearse = True  # as the GPU machine runs it, on the CPU
     cmd = _bench_cmd(run, sys.executable)
     assert ingress(cmd) == "haproxy" and "--quick" in cmd
+
+
+def test_a_bundle_for_another_python_stops_the_run_at_once(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text(json.dumps({"python": "2.7"}))
+    run = Run(
+        tmp_path / "out", tmp_path / "work", smoke=False, deadline=time.monotonic() + 60, budgets={}
+    )
+    run_all(run, bundle, tmp_path / "no-pack")
+    assert run.parts["bundle"]["status"].startswith("failed: the bundle is for Python 2.7")
+    assert "preflight" not in run.parts  # nothing ran that would fail later without Ray
