@@ -60,7 +60,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
             raise
         lines = "\n".join(f"  {line}" for line in failures)
         print(f"error: the service did not start:\n{lines}", file=sys.stderr, flush=True)
-        _stop(settings)
+        _stop(settings, joined=bool(address))
         return 1
     base = f"http://{settings.host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
@@ -88,7 +88,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     )
     stop.wait()
     print("shutting down: draining requests in flight ...", flush=True)
-    _drain_and_stop(settings)
+    _drain_and_stop(settings, joined=bool(address))
     print("stopped", flush=True)
     return 0
 
@@ -131,7 +131,7 @@ def _backend_line(settings: Settings) -> str:
     return f"{ready.get('backend')} ({ready.get('backend_reason')})"
 
 
-def _drain_and_stop(settings: Settings) -> None:
+def _drain_and_stop(settings: Settings, joined: bool) -> None:
     """Stop without a moment of 404: the ingress answers 503 to new requests while those in
     flight finish (service/drain.py), HAProxy stops listening, then Serve and Ray stop.
     Deleting the applications first would remove the route while clients still send."""
@@ -149,20 +149,31 @@ def _drain_and_stop(settings: Settings) -> None:
     done = drain.wait_drained(app, running, settings.request_timeout_s + 2 * drain.DRAIN_POLL_S)
     if done < running:
         print(f"{running - done} ingress replica(s) still had requests at their deadline")
-    if settings.haproxy:
+    if settings.haproxy and not joined:
         # A soft stop: HAProxy closes its listener (new connections are refused, which a load
         # balancer retries elsewhere) and finishes the connections it holds.
         lifecycle.stop_listeners(settings.port, first=signal.SIGUSR1)
-    _stop(settings)
+    _stop(settings, joined)
 
 
-def _stop(settings: Settings) -> None:
-    """Stop Serve and Ray, and any HAProxy left holding the port."""
+def _stop(settings: Settings, joined: bool) -> None:
+    """Stop Serve and Ray, and any HAProxy left holding the port; on a cluster this command
+    joined (`--address`), only remove its own applications: Serve, its proxies and the
+    cluster serve others too."""
     import ray
     from ray import serve
 
     from service import lifecycle
+    from service.deployment import model_app_name
 
+    if joined:
+        names = [settings.app_name]
+        if settings.layout != "colocated":
+            names.append(model_app_name(settings))
+        for name in names:  # the ingress first: nothing calls the model after it
+            serve.delete(name)
+        ray.shutdown()  # disconnects this driver; the cluster stays
+        return
     serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
     # A reloaded HAProxy can outlive Ray and keep the port; the next start could not bind it.
