@@ -11,6 +11,7 @@ what it had, says so in /readyz and the log, and sets a gauge an alert watches.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,17 +31,25 @@ class LiveConfig:
         self.current = base
         self.refused: str | None = None
 
-    def apply(self, user_config: dict[str, Any]) -> bool:
-        """Take `user_config` if it validates against the base settings; else keep the
-        current settings, record why and log it. Whether it was taken."""
+    def apply(
+        self, user_config: dict[str, Any], check: Callable[[Settings], str | None] | None = None
+    ) -> bool:
+        """Take `user_config` if it validates against the base settings and `check` (what
+        this replica can serve) finds nothing against it; else keep the current settings,
+        record why and log it. Whether it was taken."""
         try:
-            self.current = apply_user_config(self.base, user_config)
+            taken = apply_user_config(self.base, user_config)
         except ValidationError as exc:
-            self.refused = "; ".join(user_config_errors(exc))
-            logger.error("user_config refused, serving with the previous one: %s", self.refused)
-            return False
-        self.refused = None
+            return self._refuse("; ".join(user_config_errors(exc)))
+        if check is not None and (why := check(taken)) is not None:
+            return self._refuse(why)
+        self.current, self.refused = taken, None
         return True
+
+    def _refuse(self, why: str) -> bool:
+        self.refused = why
+        logger.error("user_config refused, serving with the previous one: %s", why)
+        return False
 
     def limits(self) -> dict[str, Any]:
         """The request limits in force (args or environment, then `user_config`)."""

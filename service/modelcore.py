@@ -118,7 +118,7 @@ class ModelCore:
         """Apply new batch knobs from Ray's `user_config` without restarting the replica (the
         request limits it may hold are the ingress's: checked here, not used); a bad one is
         refused and the knobs in force stay (service.liveconfig)."""
-        if not self.live.apply(user_config):
+        if not self.live.apply(user_config, self._fits_warmup):
             return
         config = self.live.current.batch
         self.batch = config
@@ -126,6 +126,21 @@ class ModelCore:
             config.max_batch_texts, config.max_batch_tokens, config.batch_wait_timeout_s
         )
         logger.info("batch config now %s", config.model_dump())
+
+    def _fits_warmup(self, settings: Settings) -> str | None:
+        """Why this replica cannot take `settings`' forward budget, if it cannot: CUDA graphs
+        were recorded, and a TensorRT engine's shapes fixed, for the budget it warmed up
+        with; a larger one would record graphs under live traffic or fail in TensorRT."""
+        warmed = self.settings.batch.micro_batch_tokens
+        asked = settings.batch.micro_batch_tokens
+        fixed = self.model.records_graphs or self.model.backend_name == "tensorrt"
+        if not fixed or asked <= warmed:
+            return None
+        return (
+            f"micro_batch_tokens {asked} is above the {warmed} this replica warmed up for "
+            f"({'TensorRT shapes' if self.model.backend_name == 'tensorrt' else 'CUDA graphs'}); "
+            "set batch.micro_batch_tokens in the deployment's args (its replicas restart)"
+        )
 
     async def check_health(self) -> None:
         """Ray replaces the replica when this raises: a stalled forward, or a failed probe."""

@@ -101,10 +101,19 @@ def _check_app(app: Doc, root: Path, report: Report) -> None:
         settings = Settings.model_validate(args)
         for config in configs:  # as the replicas' reconfigure will apply it to their args
             try:
-                apply_user_config(settings, config)
+                applied = apply_user_config(settings, config)
             except ValidationError as exc:  # told as a replica would refuse it
                 said = "; ".join(user_config_errors(exc))
                 report.fail("serve-config", f"{where}: user_config refused: {said}")
+                continue
+            asked, warmed = applied.batch.micro_batch_tokens, settings.batch.micro_batch_tokens
+            if asked > warmed:  # a GPU model replica recorded its CUDA graphs for args' budget
+                report.fail(
+                    "serve-config",
+                    f"{where}: user_config's micro_batch_tokens {asked} is above args' "
+                    f"batch.micro_batch_tokens ({warmed}), which the model replicas warm up "
+                    "for: a GPU replica would refuse the user_config",
+                )
         built = builder(args)
     except Exception as exc:
         report.fail("serve-config", f"{where}: settings rejected: {exc}")

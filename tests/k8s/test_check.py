@@ -211,6 +211,18 @@ BREAKAGES: list[tuple[str, str, Callable[[Path], None], str, str, tuple[str, ...
         ("serve",),
     ),
     (
+        "serve-budget-over-warm-up",
+        "k8s/rayservice.yaml",
+        yaml_edit(
+            edit_serve_config(
+                lambda c: c["applications"][0]["args"]["batch"].update(micro_batch_tokens=4096)
+            )
+        ),
+        "serve-config",
+        "user_config's micro_batch_tokens 16384 is above args' batch.micro_batch_tokens (4096)",
+        ("serve",),
+    ),
+    (
         "serve-limit-over-admission",
         "k8s/rayservice.yaml",
         yaml_edit(edit_serve_config(too_many_texts_per_request)),

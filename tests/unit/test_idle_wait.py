@@ -32,7 +32,8 @@ def test_a_lone_call_reports_the_batch_wait_it_sat_out(tiny_model_dir: Path) -> 
     async def both() -> tuple[CallResult, CallResult]:
         # One event loop for both calls: the core's batcher lives on the loop it started on.
         waited = await tier.infer(packed, budgets)
-        tier.reconfigure({"batch": {"batch_wait_timeout_s": 0.0}})
+        tier.reconfigure({"batch_wait_timeout_s": 0.0})  # a user_config's batch knob
+        assert tier.live.refused is None and tier.batch.batch_wait_timeout_s == 0.0
         return waited, await tier.infer(packed, budgets)
 
     try:
