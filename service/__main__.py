@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from service import startfail
 from service.auth import ApiKeys, KeysFileError
 from service.cliargs import count, counts, device, size
-from service.envcheck import settings_errors, unknown_variables
+from service.envcheck import settings_errors, unknown_variables, unparsable_variable
 from service.model import ModelLoadError, check_model_dir
 from service.settings import DTYPES, Settings
 
@@ -135,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:  # a bad SENTIMENT_* value or flag
         lines = "\n".join("  " + line for line in settings_errors(exc, flags))
         print(f"error: invalid settings:\n{lines}", file=sys.stderr)
+        return 2
+    except SettingsError as exc:  # a nested setting's variable that is not JSON
+        print(f"error: invalid settings:\n  {unparsable_variable(exc)}", file=sys.stderr)
         return 2
     if args.command == "probe":
         return run_probe(settings, args)

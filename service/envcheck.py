@@ -4,6 +4,7 @@ command-line flag or the `user_config` key, not pydantic's field path."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -72,6 +73,19 @@ def settings_errors(exc: ValidationError, flags: Mapping[str, Any]) -> list[str]
         return "no such setting; known: " + ", ".join(_fields(loc[:-1]))
 
     return problems(exc, name, unknown)
+
+
+def unparsable_variable(exc: Exception) -> str:
+    """What pydantic-settings' SettingsError means: a nested setting's variable is not JSON."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    if found is None:
+        return str(exc)
+    field = found.group(1)
+    try:
+        knob = f", or one of its settings at a time, e.g. {_fields([field])[0]}=..."
+    except (AttributeError, KeyError):  # not a nested group of settings
+        knob = ""
+    return f"{PREFIX}{field.upper()} is not valid JSON: it takes a JSON object{knob}"
 
 
 def user_config_errors(exc: ValidationError) -> list[str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from service.__main__ import main
 from service.envcheck import known_variables, settings_errors, unknown_variables, user_config_errors
 from service.settings import Settings, apply_user_config
 
@@ -40,6 +43,16 @@ def test_an_unknown_nested_setting_lists_the_known_ones(monkeypatch: pytest.Monk
 def test_a_rule_across_settings_keeps_its_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
     (line,) = errors_for(monkeypatch, {"SENTIMENT_WINDOW_OVERLAP": "200"})
     assert line.startswith("window_overlap (200) must be at most half of max_seq_len")
+
+
+def test_a_nested_variable_that_is_not_json_is_named(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SENTIMENT_BATCH", "notjson")  # pydantic-settings fails before validation
+    assert main(["probe", "--model-path", str(tiny_model_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "SENTIMENT_BATCH is not valid JSON" in err and "SENTIMENT_BATCH__" in err
+    assert "Traceback" not in err
 
 
 def test_user_config_keys_are_named_as_the_config_spells_them() -> None:
