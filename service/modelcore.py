@@ -181,7 +181,9 @@ class ModelCore:
         loop").
         """
         found = self.calibration
-        if found is None or self.inline_max_s <= 0:
+        # No cost per token measured (one token count only, or too noisy): no prediction,
+        # else every forward, however long, would look as cheap as the fixed cost.
+        if found is None or found.per_token_s <= 0 or self.inline_max_s <= 0:
             return False
         return found.seconds(padded_tokens) <= self.inline_max_s
 

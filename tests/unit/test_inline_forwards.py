@@ -94,6 +94,13 @@ def test_without_a_calibration_nothing_runs_inline(tiny_model_dir: Path) -> None
         tier.forwards.executor.shutdown()
 
 
+def test_a_calibration_without_a_cost_per_token_predicts_nothing(replica: ModelCore) -> None:
+    # One token count only (a tiny max_seq_len and budget): the fit failed, both costs 0.
+    replica.calibration = Calibration(fixed_s=0.0, per_token_s=0.0, shapes=1)
+    infer(replica, SAMPLE_TEXT[:1])
+    assert replica.forwards.alone.threads[0].startswith("forward")  # type: ignore[attr-defined]
+
+
 def test_no_forward_runs_inline_with_a_fault_injected_or_the_limit_at_zero(
     tiny_model_dir: Path,
 ) -> None:
