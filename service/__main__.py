@@ -14,6 +14,7 @@ from pydantic_settings import SettingsError
 
 from service import startfail
 from service.auth import ApiKeys, KeysFileError
+from service.chunking import WindowEncoder
 from service.cliargs import count, counts, device, size
 from service.envcheck import settings_errors, unknown_variables, unparsable_variable
 from service.model import ModelLoadError, check_model_dir
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(**flags)
         check_model_dir(settings.model_path, settings.allow_pickle)
         ApiKeys.load(settings.api_keys_file)  # a bad keys file stops here, not in a replica
+        s = settings
+        if why := WindowEncoder.check(s.model_path, s.max_seq_len, s.max_windows, s.window_overlap):
+            raise ModelLoadError(why)
     except (ModelLoadError, KeysFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

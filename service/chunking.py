@@ -128,6 +128,20 @@ class WindowEncoder:
         limit = sequence_limit(model_dir, max_length)
         return cls(fast_tokenizer(model_dir), limit, max_windows, overlap)
 
+    @classmethod
+    def check(
+        cls, model_dir: Path, max_length: int, max_windows: int, overlap: int | None
+    ) -> str | None:
+        """Why these window settings cannot serve this model, or None: caught at start, not
+        in every replica that loads it (Ray retries each, loading the model every time)."""
+        try:
+            cls.load(model_dir, max_length, max_windows, overlap)
+        except ValueError as exc:
+            limit = sequence_limit(model_dir, max_length)
+            cut = f" (max_seq_len {max_length} cut to the model's {limit} positions)"
+            return f"window_overlap: {exc}{cut if limit < max_length else ''}"
+        return None
+
     def encode(self, texts: list[str]) -> Windowed:
         """All windows of `texts`, packed in text order."""
         t0 = time.perf_counter()

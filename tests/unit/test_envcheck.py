@@ -55,6 +55,18 @@ def test_a_nested_variable_that_is_not_json_is_named(
     assert "Traceback" not in err
 
 
+def test_an_overlap_wider_than_the_models_windows_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Half of max_seq_len passes the settings; the tiny model's 128 positions cut the windows.
+    monkeypatch.setenv("SENTIMENT_MAX_SEQ_LEN", "1024")
+    monkeypatch.setenv("SENTIMENT_WINDOW_OVERLAP", "200")
+    assert main(["probe", "--model-path", str(tiny_model_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "window_overlap: overlap (200) must be at least 0 and below the width (126)" in err
+    assert "cut to the model's 128 positions" in err
+
+
 def test_user_config_keys_are_named_as_the_config_spells_them() -> None:
     with pytest.raises(ValidationError) as caught:
         apply_user_config(Settings(), {"max_batch_text": 8, "zzz": 1, "request_timeout_s": 0})
