@@ -62,7 +62,8 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         print(f"error: the service did not start:\n{lines}", file=sys.stderr, flush=True)
         _stop(settings, joined=bool(address))
         return 1
-    base = f"http://{settings.host}:{settings.port}"
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host  # IPv6, in a URL
+    base = f"http://{host}:{settings.port}"
     ingress = "HAProxy (Ray's high-throughput mode)" if settings.haproxy else "Ray's Python proxy"
     n = settings.num_replicas
     layout = (
@@ -122,6 +123,7 @@ def _backend_line(settings: Settings) -> str:
     import urllib.request
 
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    host = f"[{host}]" if ":" in host else host
     url = f"http://{host}:{settings.port}{settings.route_prefix.rstrip('/')}/readyz"
     try:
         with urllib.request.urlopen(url, timeout=10) as response:

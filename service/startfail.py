@@ -57,7 +57,8 @@ def cannot_listen(host: str, port: int, flag: str) -> str | None:
     /proc says), or None. Closed connections in TIME_WAIT do not count, as for any server."""
     from service.lifecycle import listeners
 
-    with socket.socket() as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # `::`, `::1`: IPv6
+    with socket.socket(family) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -88,3 +88,13 @@ def test_a_port_in_use_stops_serve_naming_who_holds_it(
     assert cannot_listen("198.51.100.7", free, "--port") == (
         f"cannot listen on 198.51.100.7:{free} (Cannot assign requested address); check --host"
     )
+
+
+def test_an_ipv6_host_is_checked_as_ipv6() -> None:
+    with socket.socket(socket.AF_INET6) as holder:
+        holder.bind(("::1", 0))  # this machine has IPv6 loopback, as the service's hosts do
+        holder.listen()
+        port = holder.getsockname()[1]
+        # In use, not "Address family for hostname not supported; check --host".
+        assert f"port {port} is in use" in str(cannot_listen("::1", port, "--port"))
+    assert cannot_listen("::", free_port(), "--port") is None
