@@ -251,11 +251,12 @@ class Settings(BaseSettings):
 
 
 def apply_user_config(settings: Settings, user_config: dict[str, Any]) -> Settings:
-    """`settings` (from args and the environment) with a Ray `user_config` applied: its batch
-    knobs replace `batch`, and any of RUN_TIME_LIMITS it holds replace the settings' own; a
-    limit it leaves out keeps the value from args or the environment. Raises ValidationError,
-    naming the key, on an unknown key, a bad value or a combination that cannot work."""
+    """`settings` (from args and the environment) with a Ray `user_config` applied: the batch
+    knobs and RUN_TIME_LIMITS it holds replace the settings' own, and one it leaves out keeps
+    the value from args or the environment. Raises ValidationError, naming the key, on an
+    unknown key, a bad value or a combination that cannot work."""
     limits = {key: value for key, value in user_config.items() if key in RUN_TIME_LIMITS}
     knobs = {key: value for key, value in user_config.items() if key not in RUN_TIME_LIMITS}
+    batch = {**settings.batch.model_dump(exclude_unset=True), **knobs}
     # Validated as one, so every problem of the dict is named at once.
-    return Settings.model_validate({**settings.model_dump(), **limits, "batch": knobs})
+    return Settings.model_validate({**settings.model_dump(), **limits, "batch": batch})

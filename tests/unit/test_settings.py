@@ -96,6 +96,14 @@ def test_a_user_config_sets_batch_knobs_and_request_limits() -> None:
     assert set(RUN_TIME_LIMITS) <= set(Settings.model_fields)
 
 
+def test_a_batch_knob_left_out_of_a_user_config_keeps_its_args_value() -> None:
+    base = Settings(batch={"micro_batch_tokens": 1024, "max_batch_tokens": 8192})
+    s = apply_user_config(base, {"max_batch_texts": 7})
+    assert (s.batch.max_batch_texts, s.batch.micro_batch_tokens) == (7, 1024)
+    assert s.batch.max_batch_tokens == 8192  # not the default, as the limits left out
+    assert apply_user_config(base, {"request_timeout_s": 2.0}).batch == base.batch
+
+
 @pytest.mark.parametrize(
     ("user_config", "named"),
     [
