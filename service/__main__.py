@@ -163,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from service.servecmd import serve_forever
 
-    return serve_forever(settings, args.address)
+    try:
+        return serve_forever(settings, args.address)
+    except KeyboardInterrupt:  # Ctrl-C before the service was up: Ray's exit hooks stop it
+        print("\nstopped while starting", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":
