@@ -88,10 +88,31 @@ def serve_forever(settings: Settings, address: str | None) -> int:
         flush=True,
     )
     stop.wait()
+    gcs = getattr(context, "address_info", {}).get("gcs_address", "")
+    if not address and gcs and not _answers(gcs):
+        # The signal went to the whole process group (`timeout`, `kill -- -PGID`, systemd),
+        # whose Ray daemons died with it: nothing is left to drain, and any call into Ray
+        # (ray.shutdown() included) would wait a minute for the GCS, then fail.
+        print("shutting down: Ray stopped with this process group; nothing to drain", flush=True)
+        lifecycle.stop_listeners(settings.port)
+        print("stopped", flush=True)
+        os._exit(0)
     print("shutting down: draining requests in flight ...", flush=True)
     _drain_and_stop(settings, joined=bool(address))
     print("stopped", flush=True)
     return 0
+
+
+def _answers(address: str) -> bool:
+    """Whether something accepts connections at `host:port` within a second."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _deploy(settings: Settings) -> None:
