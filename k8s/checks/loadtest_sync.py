@@ -36,18 +36,24 @@ def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _LiteralDumper.add_representer(str, _str_presenter)
 
 
-def needed_modules(root: Path) -> list[str]:
-    """File names in loadtest/ the Jobs need: the locustfile, whatever the Jobs in
-    k8s/locust.yaml run, and everything those import from loadtest/, transitively."""
-    run = job_modules(root / "k8s" / LOCUST_JOBS, LOADTEST_CONFIGMAP_NAME)
-    entries = {LOCUSTFILE}.union(*run.values())
+def jobs_run(root: Path) -> dict[str, set[str]]:
+    """Job name -> the loadtest/ files the Jobs in k8s/locust.yaml run."""
+    return job_modules(root / "k8s" / LOCUST_JOBS, LOADTEST_CONFIGMAP_NAME)
+
+
+def needed_modules(root: Path, run: dict[str, set[str]] | None = None) -> list[str]:
+    """File names in loadtest/ the Jobs need: the locustfile, whatever the Jobs run (`run`,
+    read from k8s/locust.yaml when not given), and everything those import from loadtest/,
+    transitively."""
+    entries = {LOCUSTFILE}.union(*(jobs_run(root) if run is None else run).values())
     return import_closure(root / PACKAGE, sorted(entries))
 
 
-def loadtest_files(root: Path) -> dict[str, str]:
+def loadtest_files(root: Path, needed: list[str] | None = None) -> dict[str, str]:
     """The ConfigMap's data: each needed module's file name and text."""
     folder = root / PACKAGE
-    return {name: (folder / name).read_text(encoding="utf-8") for name in needed_modules(root)}
+    names = needed_modules(root) if needed is None else needed
+    return {name: (folder / name).read_text(encoding="utf-8") for name in names}
 
 
 def configmap_doc(files: dict[str, str]) -> dict[str, Any]:
@@ -98,11 +104,14 @@ def _own_packages(root: Path) -> set[str]:
 def check_loadtest_sync(root: Path, report: Report) -> None:
     """The committed ConfigMap holds exactly the modules the Jobs need, as they are now, and
     `kubectl apply` can store it."""
-    _check_sources(root, report)
+    run = jobs_run(root)
+    needed = needed_modules(root, run)
+    _check_sources(root, run, needed, report)
+    files = loadtest_files(root, needed)
     path = root / "k8s" / LOADTEST_CONFIGMAP
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    loaded = yaml.safe_load(text) if text is not None else None
     committed: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
-    needed = needed_modules(root)
     data = committed.get("data") or {}
     extra, missing = sorted(set(data) - set(needed)), sorted(set(needed) - set(data))
     if extra or missing:
@@ -111,14 +120,14 @@ def check_loadtest_sync(root: Path, report: Report) -> None:
             f"k8s/{LOADTEST_CONFIGMAP} holds other files than the Jobs import: "
             f"extra {extra}, missing {missing}",
         )
-    if not path.is_file() or path.read_text(encoding="utf-8") != loadtest_configmap(root):
+    if text != configmap_text(files):
         report.fail(
             "loadtest-sync",
             f"k8s/{LOADTEST_CONFIGMAP} is out of date with loadtest/: "
             "run `python k8s/check.py --sync` and commit it",
         )
     # The committed object is what `kubectl apply` stores (the generated one while none is).
-    size = annotation_bytes(committed or configmap_doc(loadtest_files(root)))
+    size = annotation_bytes(committed or configmap_doc(files))
     if size > ANNOTATIONS_LIMIT_BYTES:
         report.fail(
             "loadtest-sync",
@@ -128,16 +137,14 @@ def check_loadtest_sync(root: Path, report: Report) -> None:
         )
 
 
-def _check_sources(root: Path, report: Report) -> None:
-    """What the Jobs run exists, and what they import lies within loadtest/."""
+def _check_sources(root: Path, run: dict[str, set[str]], needed: list[str], report: Report) -> None:
+    """What the Jobs run (`run`) exists, and what they need (`needed`) stays in loadtest/."""
     folder = root / PACKAGE
     if not (folder / LOCUSTFILE).is_file():
         report.fail("loadtest-sync", f"{PACKAGE}/{LOCUSTFILE} is missing")
-    run = job_modules(root / "k8s" / LOCUST_JOBS, LOADTEST_CONFIGMAP_NAME)
     for job, names in sorted(run.items()):
         for name in sorted(n for n in names if not (folder / n).is_file()):
             report.fail("loadtest-sync", f"Job/{job} runs {PACKAGE}/{name}, which does not exist")
-    needed = needed_modules(root)
     for name, packages in sorted(foreign_imports(folder, needed, _own_packages(root)).items()):
         report.fail(
             "loadtest-sync",
