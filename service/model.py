@@ -25,7 +25,7 @@ from service.backends import (
     load_ort,
     resolve_backend,
 )
-from service.batching import pad_multiple, round_up
+from service.batching import pad_multiple, padded_cost, round_up
 from service.encoding import TextEncoder, sequence_limit
 from service.modeldir import ModelLoadError, check_model_dir
 from service.settings import check_device
@@ -267,10 +267,10 @@ class SentimentModel:
     def padded_tokens(self, lengths: Sequence[int]) -> int:
         """Tokens a forward of rows this long computes, padding included: rows x the longest
         (rounded up), or, where the backend cuts runs (onnx-int8), each run's rows x its width."""
-        width = round_up(max(lengths), self.pad_multiple) if lengths else 0
         backend = self.backend
-        if not (isinstance(backend, OrtBackend) and backend.run_tokens):
-            return width * len(lengths)
+        if not lengths or not (isinstance(backend, OrtBackend) and backend.run_tokens):
+            return padded_cost(lengths, self.pad_multiple)
+        width = round_up(max(lengths), self.pad_multiple)  # what predict pads the rows to
         return sum(w * len(rows) for rows, w in backend.plan_runs(list(lengths), width))
 
     @property
