@@ -132,13 +132,12 @@ class BatchRunner:
             probs[texts], status[texts] = out, ok
             before = left.copy()
             np.subtract.at(left, owner[texts], 1)
-            if (ok == EXPIRED).all():  # skipped: every text expired before it started
-                return np.flatnonzero((left == 0) & (before > 0)).tolist()
-            tally.forwards += 1
-            tally.forward_texts += len(group_lengths)
-            tally.forward_tokens += sum(group_lengths)
-            tally.forward_padded_tokens += self.computes(group_lengths)
-            self.metrics.forward.observe(seconds, tags={"on": on})
+            if not (ok == EXPIRED).all():  # all EXPIRED: skipped, nothing was computed
+                tally.forwards += 1
+                tally.forward_texts += len(group_lengths)
+                tally.forward_tokens += sum(group_lengths)
+                tally.forward_padded_tokens += self.computes(group_lengths)
+                self.metrics.forward.observe(seconds, tags={"on": on})
             return np.flatnonzero((left == 0) & (before > 0)).tolist()
 
         # Forwards too long for the loop all go to the forward threads at once, in plan order:
@@ -158,9 +157,8 @@ class BatchRunner:
                 if not self.inline(padded_cost(group_lengths, self.multiple)):
                     threaded[self.forwards.run(rows, until)] = texts, group_lengths
                     continue
-                if time.monotonic() >= until:
-                    result = self.forwards.expired(len(rows))
-                else:
+                result = self.forwards.skipped(rows, until)
+                if result is None:
                     cpu0 = time.thread_time()
                     result = self.forwards.alone(rows)
                     tally.loop_forward_cpu_s += time.thread_time() - cpu0

@@ -125,10 +125,8 @@ class Forwards:
         return asyncio.get_running_loop().run_in_executor(self.executor, self._start, rows, until)
 
     def _start(self, rows: Rows, until: float) -> Computed:
-        # A forward whose every text expired while it waited for a thread is not computed:
-        # nobody reads it, and the requests behind it would wait for it.
-        if time.monotonic() >= until:
-            return self.expired(len(rows))
+        if (skipped := self.skipped(rows, until)) is not None:
+            return skipped
         # Chosen as it starts, not as it is queued: alone on every thread, beside another
         # on its share of them.
         with self._lock:
@@ -140,9 +138,13 @@ class Forwards:
             with self._lock:
                 self._computing -= 1
 
-    def expired(self, texts: int) -> Computed:
-        """A skipped forward's answer: every text EXPIRED, no compute."""
-        return (*expired_scores(texts, self.labels), 0.0)
+    def skipped(self, rows: Rows, until: float) -> Computed | None:
+        """Every text EXPIRED, no compute, for a forward starting at or after `until` (its
+        texts' last deadline), else None. Nobody reads such a forward, and the requests
+        queued behind it would wait for it."""
+        if time.monotonic() < until:
+            return None
+        return (*expired_scores(len(rows), self.labels), 0.0)
 
     async def probe(self, rows: Rows) -> tuple[Probs, float]:
         """One forward as the health check runs it: on a forward thread, watched, not retried."""
