@@ -89,7 +89,7 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     )
     stop.wait()
     gcs = getattr(context, "address_info", {}).get("gcs_address", "")
-    if not address and gcs and not _answers(gcs):
+    if not address and gcs and startfail.unreachable(gcs) is not None:
         # The signal went to the whole process group (`timeout`, `kill -- -PGID`, systemd),
         # whose Ray daemons died with it: nothing is left to drain, and any call into Ray
         # (ray.shutdown() included) would wait a minute for the GCS, then fail.
@@ -101,18 +101,6 @@ def serve_forever(settings: Settings, address: str | None) -> int:
     _drain_and_stop(settings, joined=bool(address))
     print("stopped", flush=True)
     return 0
-
-
-def _answers(address: str) -> bool:
-    """Whether something accepts connections at `host:port` within a second."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def _deploy(settings: Settings) -> None:
