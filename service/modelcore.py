@@ -133,13 +133,18 @@ class ModelCore:
         with; a larger one would record graphs under live traffic or fail in TensorRT."""
         warmed = self.settings.batch.micro_batch_tokens
         asked = settings.batch.micro_batch_tokens
-        fixed = self.model.records_graphs or self.model.backend_name == "tensorrt"
-        if not fixed or asked <= warmed:
+        if self.model.backend_name == "tensorrt":
+            fixed = "TensorRT shapes"
+        elif self.model.records_graphs:
+            fixed = "CUDA graphs"
+        else:  # nothing was fixed at warm-up: any budget serves
+            return None
+        if asked <= warmed:
             return None
         return (
             f"micro_batch_tokens {asked} is above the {warmed} this replica warmed up for "
-            f"({'TensorRT shapes' if self.model.backend_name == 'tensorrt' else 'CUDA graphs'}); "
-            "set batch.micro_batch_tokens in the deployment's args (its replicas restart)"
+            f"({fixed}); set batch.micro_batch_tokens in the deployment's args (its replicas "
+            "restart)"
         )
 
     async def check_health(self) -> None:
